@@ -1,0 +1,47 @@
+# PARFusion: `make run` and `make test` do all the set-up on a fresh machine with Python 3.11.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+PYTEST_ARGS ?=
+
+.PHONY: install run down test test-fast lint proto proto-check browser-deps clean
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python >= 3.11 is required"'
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+# Debian's chromium for the real-browser tests (playwright drives it; no browser download).
+browser-deps:
+	@bash scripts/install_browser.sh
+
+run: install
+	$(VENV)/bin/parfusion up
+
+down: install
+	$(VENV)/bin/parfusion down
+
+test: install browser-deps
+	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+test-fast: install
+	$(PY) -m pytest -q -m "not slow and not browser" $(PYTEST_ARGS)
+
+proto: install
+	$(PY) -m parfusion.protogen
+
+proto-check: install
+	$(PY) -m parfusion.protogen --check
+
+lint: install
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy parfusion/cli.py services experiments
+
+clean:
+	rm -rf run logs results .pytest_cache .hypothesis

@@ -1,0 +1,56 @@
+"""The one service table: the embedded launcher, compose.yaml and deploy/ are all derived from it."""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ServiceSpec:
+    name: str
+    protocol: str  # "grpc" or "http"
+    port: int
+    metrics_port: int | None  # gRPC services serve Prometheus on their own port; HTTP ones at /metrics
+    depends_on: tuple[str, ...] = ()
+    description: str = ""
+
+    @property
+    def module(self) -> str:
+        return f"services.{self.name}"
+
+    def command(self, host: str = "127.0.0.1") -> list[str]:
+        return ["python", "-m", self.module, "--host", host]
+
+    def healthcheck(self, host: str = "127.0.0.1") -> list[str]:
+        if self.protocol == "grpc":
+            return ["python", "-m", "parfusion.healthcheck", "grpc", f"{host}:{self.port}"]
+        return ["python", "-m", "parfusion.healthcheck", "http", f"http://{host}:{self.port}/healthz"]
+
+    @property
+    def ports(self) -> tuple[int, ...]:
+        return (self.port,) if self.metrics_port is None else (self.port, self.metrics_port)
+
+    @property
+    def url(self) -> str:
+        return f"127.0.0.1:{self.port}" if self.protocol == "grpc" else f"http://127.0.0.1:{self.port}"
+
+    def exists(self) -> bool:
+        """True once the service's package has a __main__ (services arrive one issue at a time)."""
+        return importlib.util.find_spec(f"{self.module}.__main__") is not None
+
+
+SERVICES: tuple[ServiceSpec, ...] = (
+    ServiceSpec("allocator", "grpc", 50051, 19101, (), "intent store, predictor, D-MUG, node loop"),
+    ServiceSpec("nodeagent", "grpc", 50052, 19102, ("allocator",), "worker pools, affinity/nice, cgroup v2, node telemetry"),
+    ServiceSpec("gpulane", "grpc", 50053, 19103, ("allocator",), "GPU lanes, shares, stream priority, MPS/MIG previews, NVML"),
+    ServiceSpec("extender", "http", 18082, None, ("allocator",), "kube-scheduler extender /filter /prioritize /bind"),
+    ServiceSpec("bridge", "http", 18083, None, ("allocator",), "robot missions, safe-point preemption, urgent events"),
+    ServiceSpec("dashboard", "http", 18080, None, ("allocator", "nodeagent", "gpulane", "bridge"), "HTMX cockpit"),
+)
+
+BY_NAME = {s.name: s for s in SERVICES}
+
+
+def available_services() -> list[ServiceSpec]:
+    return [s for s in SERVICES if s.exists()]

@@ -1,0 +1,87 @@
+from parfusion.v1 import intent_pb2 as _intent_pb2
+from parfusion.v1 import telemetry_pb2 as _telemetry_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class ApplyNodePlanRequest(_message.Message):
+    __slots__ = ("plan",)
+    PLAN_FIELD_NUMBER: _ClassVar[int]
+    plan: _intent_pb2.NodePlan
+    def __init__(self, plan: _Optional[_Union[_intent_pb2.NodePlan, _Mapping]] = ...) -> None: ...
+
+class AppliedAllocation(_message.Message):
+    __slots__ = ("intent_id", "workers", "cpu_set", "nice", "cgroup_mode", "note")
+    INTENT_ID_FIELD_NUMBER: _ClassVar[int]
+    WORKERS_FIELD_NUMBER: _ClassVar[int]
+    CPU_SET_FIELD_NUMBER: _ClassVar[int]
+    NICE_FIELD_NUMBER: _ClassVar[int]
+    CGROUP_MODE_FIELD_NUMBER: _ClassVar[int]
+    NOTE_FIELD_NUMBER: _ClassVar[int]
+    intent_id: str
+    workers: int
+    cpu_set: _containers.RepeatedScalarFieldContainer[int]
+    nice: int
+    cgroup_mode: str
+    note: str
+    def __init__(self, intent_id: _Optional[str] = ..., workers: _Optional[int] = ..., cpu_set: _Optional[_Iterable[int]] = ..., nice: _Optional[int] = ..., cgroup_mode: _Optional[str] = ..., note: _Optional[str] = ...) -> None: ...
+
+class ApplyNodePlanResponse(_message.Message):
+    __slots__ = ("generation", "applied", "cgroup_plan_path")
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    APPLIED_FIELD_NUMBER: _ClassVar[int]
+    CGROUP_PLAN_PATH_FIELD_NUMBER: _ClassVar[int]
+    generation: int
+    applied: _containers.RepeatedCompositeFieldContainer[AppliedAllocation]
+    cgroup_plan_path: str
+    def __init__(self, generation: _Optional[int] = ..., applied: _Optional[_Iterable[_Union[AppliedAllocation, _Mapping]]] = ..., cgroup_plan_path: _Optional[str] = ...) -> None: ...
+
+class GetNodeTelemetryRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GetNodeTelemetryResponse(_message.Message):
+    __slots__ = ("telemetry",)
+    TELEMETRY_FIELD_NUMBER: _ClassVar[int]
+    telemetry: _telemetry_pb2.NodeTelemetry
+    def __init__(self, telemetry: _Optional[_Union[_telemetry_pb2.NodeTelemetry, _Mapping]] = ...) -> None: ...
+
+class InjectDisturbanceRequest(_message.Message):
+    __slots__ = ("disturbance",)
+    DISTURBANCE_FIELD_NUMBER: _ClassVar[int]
+    disturbance: _telemetry_pb2.Disturbance
+    def __init__(self, disturbance: _Optional[_Union[_telemetry_pb2.Disturbance, _Mapping]] = ...) -> None: ...
+
+class InjectDisturbanceResponse(_message.Message):
+    __slots__ = ("accepted", "backend", "expires_in_s")
+    ACCEPTED_FIELD_NUMBER: _ClassVar[int]
+    BACKEND_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_IN_S_FIELD_NUMBER: _ClassVar[int]
+    accepted: bool
+    backend: str
+    expires_in_s: float
+    def __init__(self, accepted: _Optional[bool] = ..., backend: _Optional[str] = ..., expires_in_s: _Optional[float] = ...) -> None: ...
+
+class ControlProcessRequest(_message.Message):
+    __slots__ = ("pid", "cpu_set", "nice")
+    PID_FIELD_NUMBER: _ClassVar[int]
+    CPU_SET_FIELD_NUMBER: _ClassVar[int]
+    NICE_FIELD_NUMBER: _ClassVar[int]
+    pid: int
+    cpu_set: _containers.RepeatedScalarFieldContainer[int]
+    nice: int
+    def __init__(self, pid: _Optional[int] = ..., cpu_set: _Optional[_Iterable[int]] = ..., nice: _Optional[int] = ...) -> None: ...
+
+class ControlProcessResponse(_message.Message):
+    __slots__ = ("pid", "cpu_set", "nice")
+    PID_FIELD_NUMBER: _ClassVar[int]
+    CPU_SET_FIELD_NUMBER: _ClassVar[int]
+    NICE_FIELD_NUMBER: _ClassVar[int]
+    pid: int
+    cpu_set: _containers.RepeatedScalarFieldContainer[int]
+    nice: int
+    def __init__(self, pid: _Optional[int] = ..., cpu_set: _Optional[_Iterable[int]] = ..., nice: _Optional[int] = ...) -> None: ...

@@ -1,0 +1,110 @@
+"""The shared gRPC bootstrap: health, reflection, token check, error mapping, metrics endpoint."""
+
+from __future__ import annotations
+
+import urllib.request
+from collections.abc import Iterator
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+from parfusion.v1 import nodeagent_pb2, nodeagent_pb2_grpc
+from services.common.clients import channel
+from services.common.errors import InvalidArgument, PermissionDenied
+from services.common.grpc_server import RunningServer, start_grpc_server
+
+SERVICE = nodeagent_pb2.DESCRIPTOR.services_by_name["NodeAgentService"].full_name
+
+
+class _Agent(nodeagent_pb2_grpc.NodeAgentServiceServicer):
+    """A minimal servicer that raises domain errors, to exercise the interceptor only."""
+
+    def GetNodeTelemetry(self, request, context):  # noqa: N802
+        return nodeagent_pb2.GetNodeTelemetryResponse()
+
+    def ControlProcess(self, request, context):  # noqa: N802
+        if request.pid == 0:
+            raise InvalidArgument("must be > 0", field="pid")
+        raise PermissionDenied(f"pid {request.pid} was not started by the agent")
+
+    def InjectDisturbance(self, request, context):  # noqa: N802
+        raise RuntimeError("boom")
+
+
+def _start(token: str | None = None) -> RunningServer:
+    return start_grpc_server(
+        [(nodeagent_pb2_grpc.add_NodeAgentServiceServicer_to_server, _Agent(), SERVICE)],
+        port=0,
+        metrics_port=0,
+        api_token=token,
+    )
+
+
+@pytest.fixture
+def server() -> Iterator[RunningServer]:
+    s = _start()
+    yield s
+    s.stop(0)
+
+
+def test_health_serving_and_not_serving_after_stop() -> None:
+    s = _start()
+    with grpc.insecure_channel(s.address) as ch:
+        stub = health_pb2_grpc.HealthStub(ch)
+        for name in ("", SERVICE):
+            assert stub.Check(health_pb2.HealthCheckRequest(service=name), timeout=2).status == health_pb2.HealthCheckResponse.SERVING
+    s.health.enter_graceful_shutdown()
+    with grpc.insecure_channel(s.address) as ch:
+        reply = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(service=""), timeout=2)
+        assert reply.status == health_pb2.HealthCheckResponse.NOT_SERVING
+    s.stop(0)
+
+
+def test_reflection_lists_services(server: RunningServer) -> None:
+    with grpc.insecure_channel(server.address) as ch:
+        stub = reflection_pb2_grpc.ServerReflectionStub(ch)
+        replies = list(stub.ServerReflectionInfo(iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=2))
+    names = {s.name for s in replies[0].list_services_response.service}
+    assert {SERVICE, "grpc.health.v1.Health", "grpc.reflection.v1alpha.ServerReflection"} <= names
+
+
+def test_domain_errors_map_to_status_codes(server: RunningServer) -> None:
+    with grpc.insecure_channel(server.address) as ch:
+        stub = nodeagent_pb2_grpc.NodeAgentServiceStub(ch)
+        with pytest.raises(grpc.RpcError) as bad:
+            stub.ControlProcess(nodeagent_pb2.ControlProcessRequest(pid=0), timeout=2)
+        assert bad.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "pid" in bad.value.details()
+        with pytest.raises(grpc.RpcError) as denied:
+            stub.ControlProcess(nodeagent_pb2.ControlProcessRequest(pid=1), timeout=2)
+        assert denied.value.code() == grpc.StatusCode.PERMISSION_DENIED
+        with pytest.raises(grpc.RpcError) as crash:
+            stub.InjectDisturbance(nodeagent_pb2.InjectDisturbanceRequest(), timeout=2)
+        assert crash.value.code() == grpc.StatusCode.INTERNAL
+
+
+def test_token_guards_mutating_calls_only() -> None:
+    s = _start(token="s3cret")
+    try:
+        with grpc.insecure_channel(s.address) as ch:
+            stub = nodeagent_pb2_grpc.NodeAgentServiceStub(ch)
+            stub.GetNodeTelemetry(nodeagent_pb2.GetNodeTelemetryRequest(), timeout=2)  # read: allowed
+            with pytest.raises(grpc.RpcError) as err:
+                stub.ControlProcess(nodeagent_pb2.ControlProcessRequest(pid=5), timeout=2)
+            assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        with channel(s.address, token="s3cret") as ch:
+            stub = nodeagent_pb2_grpc.NodeAgentServiceStub(ch)
+            with pytest.raises(grpc.RpcError) as err:
+                stub.ControlProcess(nodeagent_pb2.ControlProcessRequest(pid=5), timeout=2)
+            assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED  # got past the token check
+    finally:
+        s.stop(0)
+
+
+def test_metrics_endpoint_counts_rpcs(server: RunningServer) -> None:
+    with grpc.insecure_channel(server.address) as ch:
+        nodeagent_pb2_grpc.NodeAgentServiceStub(ch).GetNodeTelemetry(nodeagent_pb2.GetNodeTelemetryRequest(), timeout=2)
+    body = urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=2).read().decode()
+    assert 'parfusion_grpc_requests_total{code="OK",method="GetNodeTelemetry",service="NodeAgentService"}' in body
