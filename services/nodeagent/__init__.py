@@ -1,0 +1,1 @@
+"""Node agent: PARFusion-owned worker pools, OS enforcement of NodePlans, node telemetry."""

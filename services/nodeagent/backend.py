@@ -1,0 +1,110 @@
+"""The node backend contract and its registry: what the agent's gRPC surface drives.
+
+A backend turns a NodePlan into something running (``real``: PARFusion-owned worker pools on
+the arena cores; ``modeled``: a safe simulated node) and reports what really happened as a
+NodeTelemetry. The servicer in server.py only converts requests and checks ownership; which
+backend runs is configuration (``nodeagent.backend``), chosen once at start-up.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from parfusion.v1 import intent_pb2, nodeagent_pb2, telemetry_pb2
+from services.common.config import ConfigError, ServiceSettings
+
+
+@dataclass(frozen=True)
+class BackendOptions:
+    """Everything a backend may need, from the nodeagent section of the config."""
+
+    node_name: str = "node-0"
+    run_dir: Path = Path("run")
+    arena_cores: int = 0  # 0 = all cores; otherwise the k most idle cores measured at start
+    max_workers: int = 8  # cap on worker processes across all pools
+    max_load_fraction: float = 0.7  # cap on synthetic CPU load, fraction of the arena
+    cgroup_mode: str = "dry-run"  # "dry-run" or "delegated"
+    cgroup_delegated_path: str = ""
+    allow_real_stress: bool = False
+    cgroup_root: Path | None = None  # cgroup v2 mount to inspect; None = detect from mountinfo
+    default_service_ms: float = 12.0  # online kernel size when the plan carries none
+    idle_sample_s: float = 0.3  # how long the arena measurement samples per-core idle time
+
+    @classmethod
+    def from_settings(cls, settings: ServiceSettings) -> BackendOptions:
+        mode = settings.get_str("cgroup_mode", "dry-run")
+        if mode not in ("dry-run", "delegated"):
+            raise ConfigError(f"nodeagent.cgroup_mode: expected dry-run or delegated, got {mode!r}")
+        fraction = settings.get_float("max_load_fraction", 0.7)
+        if not 0.0 < fraction <= 1.0:
+            raise ConfigError(f"nodeagent.max_load_fraction: expected (0, 1], got {fraction}")
+        return cls(
+            node_name=settings.node_name,
+            run_dir=settings.run_dir,
+            arena_cores=max(0, settings.get_int("arena_cores", 0)),
+            max_workers=max(1, settings.get_int("max_workers", 8)),
+            max_load_fraction=fraction,
+            cgroup_mode=mode,
+            cgroup_delegated_path=settings.get_str("cgroup_delegated_path", ""),
+            allow_real_stress=settings.get_bool("allow_real_stress", False),
+            default_service_ms=settings.get_float("default_service_ms", 12.0),
+        )
+
+
+class NodeBackend(Protocol):
+    """One node's enforcement and observation.
+
+    Contract: ``apply`` is all-or-nothing (a plan it cannot honour raises a DomainError and
+    leaves the previous plan running); ``telemetry`` never blocks for long (it is pulled every
+    allocator tick) and drains ``recent_service_ms`` so each sample is reported once;
+    ``owned_pids`` lists exactly the processes this backend started (ControlProcess refuses
+    every other PID); ``stop`` ends every such process.
+    """
+
+    name: str
+
+    def apply(self, plan: intent_pb2.NodePlan) -> list[nodeagent_pb2.AppliedAllocation]: ...
+
+    def cgroup_plan_path(self) -> str: ...
+
+    def telemetry(self) -> telemetry_pb2.NodeTelemetry: ...
+
+    def inject_disturbance(self, disturbance: telemetry_pb2.Disturbance) -> tuple[bool, float]: ...
+
+    def owned_pids(self) -> set[int]: ...
+
+    def stop(self) -> None: ...
+
+
+BackendFactory = Callable[[BackendOptions], NodeBackend]
+
+
+def lazy(target: str) -> BackendFactory:
+    """A factory that imports ``module:Class`` only when that backend is chosen."""
+    module_name, _, attr = target.partition(":")
+
+    def build(options: BackendOptions) -> NodeBackend:
+        cls = getattr(importlib.import_module(module_name), attr)
+        backend: NodeBackend = cls(options)
+        return backend
+
+    build.__qualname__ = f"lazy({target})"
+    return build
+
+
+BACKENDS: dict[str, BackendFactory] = {
+    "real": lazy("services.nodeagent.real:RealBackend"),
+}
+
+
+def create_backend(name: str, options: BackendOptions) -> NodeBackend:
+    """The configured backend; an unknown name is a ConfigError listing the known ones."""
+    factory = BACKENDS.get(name)
+    if factory is None:
+        known = ", ".join(sorted(BACKENDS))
+        raise ConfigError(f"nodeagent.backend: unknown backend {name!r} (known: {known})")
+    return factory(options)
