@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
 
-.PHONY: install run down test test-fast lint proto proto-check browser-deps clean
+.PHONY: install run down test test-fast lint proto proto-check test-deps clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python >= 3.11 is required"'
@@ -16,9 +16,9 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-# Debian's chromium for the real-browser tests (playwright drives it; no browser download).
-browser-deps:
-	@bash scripts/install_browser.sh
+# Debian packages the tests use: chromium (browser tests) and docker-compose (compose.yaml check).
+test-deps:
+	@bash scripts/install_test_deps.sh
 
 run: install
 	$(VENV)/bin/parfusion up
@@ -26,7 +26,7 @@ run: install
 down: install
 	$(VENV)/bin/parfusion down
 
-test: install browser-deps
+test: install test-deps
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 test-fast: install

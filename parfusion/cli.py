@@ -39,12 +39,16 @@ class Commands:
     def __init__(self, parser: argparse.ArgumentParser) -> None:
         self._root = _Group(parser, parser.add_subparsers(dest="command", metavar="COMMAND"))
 
-    def command(self, path: Sequence[str], help: str, configure: Configure | None, run: Run) -> None:
+    def command(
+        self, path: Sequence[str], help: str, configure: Configure | None, run: Run
+    ) -> None:
         group = self._root
         for part in path[:-1]:
             if part not in group.children:
                 p = group.sub.add_parser(part, help=f"{part} commands")
-                group.children[part] = _Group(p, p.add_subparsers(dest=f"{part}_command", metavar="COMMAND", required=True))
+                group.children[part] = _Group(
+                    p, p.add_subparsers(dest=f"{part}_command", metavar="COMMAND", required=True)
+                )
             group = group.children[part]
         p = group.sub.add_parser(path[-1], help=help, description=help)
         if configure:
@@ -53,7 +57,9 @@ class Commands:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="parfusion", description="PARFusion cross-layer intent control plane")
+    parser = argparse.ArgumentParser(
+        prog="parfusion", description="PARFusion cross-layer intent control plane"
+    )
     commands = Commands(parser)
     for name in COMMAND_MODULES:
         try:

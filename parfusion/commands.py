@@ -1,4 +1,4 @@
-"""Core commands: up/down/status (launcher) and the intent / plan / policy client commands."""
+"""Core commands: up/down/status (launcher) and check-env."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ from typing import Any
 
 
 def register(commands: Any) -> None:
-    from parfusion import launcher
+    from parfusion import envcheck, launcher
 
     launcher.register(commands)
+    envcheck.register(commands)

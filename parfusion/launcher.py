@@ -19,7 +19,7 @@ from typing import Any
 
 from parfusion.healthcheck import check_grpc, check_http
 from parfusion.services import SERVICES, ServiceSpec, available_services
-from services.common.config import project_home
+from services.common.config import ConfigError, build_settings, project_home
 
 PR_SET_PDEATHSIG = 1
 STATE_FILE = "launcher.json"
@@ -40,13 +40,29 @@ def _die_with_parent() -> None:
         pass
 
 
+def effective_port(spec: ServiceSpec) -> int:
+    """The port the service will really bind: configs/demo.yaml plus PARFUSION_<NAME>_PORT."""
+    try:
+        return build_settings(spec.name).port or spec.port
+    except ConfigError:
+        return spec.port
+
+
+def service_url(spec: ServiceSpec) -> str:
+    port = effective_port(spec)
+    return f"127.0.0.1:{port}" if spec.protocol == "grpc" else f"http://127.0.0.1:{port}"
+
+
 def healthy(spec: ServiceSpec, host: str = "127.0.0.1", timeout: float = 1.0) -> bool:
+    port = effective_port(spec)
     if spec.protocol == "grpc":
-        return check_grpc(f"{host}:{spec.port}", timeout=timeout)
-    return check_http(f"http://{host}:{spec.port}/healthz", timeout=timeout)
+        return check_grpc(f"{host}:{port}", timeout=timeout)
+    return check_http(f"http://{host}:{port}/healthz", timeout=timeout)
 
 
-def start_service(spec: ServiceSpec, home: Path, detach: bool, extra_env: dict[str, str] | None = None) -> Started:
+def start_service(
+    spec: ServiceSpec, home: Path, detach: bool, extra_env: dict[str, str] | None = None
+) -> Started:
     log_dir = home / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"{spec.name}.log"
@@ -126,6 +142,32 @@ def _read_state(home: Path) -> dict[str, Any]:
         return {}
 
 
+def _write_state(home: Path, pids: dict[str, int]) -> None:
+    path = _state_path(home)
+    if not pids:
+        path.unlink(missing_ok=True)
+        return
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"pids": pids}))
+    os.replace(tmp, path)
+
+
+def _select(only: str | None) -> list[ServiceSpec]:
+    specs = available_services()
+    if not only:
+        return specs
+    wanted = {n.strip() for n in only.split(",") if n.strip()}
+    unknown = wanted - {s.name for s in SERVICES}
+    if unknown:
+        raise ValueError(
+            f"unknown service(s): {', '.join(sorted(unknown))}; known: {', '.join(s.name for s in SERVICES)}"
+        )
+    missing = wanted - {s.name for s in specs}
+    if missing:
+        raise ValueError(f"not in this build: {', '.join(sorted(missing))}")
+    return [s for s in specs if s.name in wanted]
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -139,22 +181,24 @@ def _alive(pid: int) -> bool:
 def up(args: argparse.Namespace) -> int:
     home = project_home()
     (home / "run").mkdir(parents=True, exist_ok=True)
-    state = _read_state(home)
-    running = [n for n, pid in state.get("pids", {}).items() if _alive(int(pid))]
+    try:
+        specs = _select(args.only)
+    except ValueError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    previous = {
+        n: int(pid) for n, pid in _read_state(home).get("pids", {}).items() if _alive(int(pid))
+    }
+    running = [s.name for s in specs if s.name in previous]
     if running:
-        print(f"PARFusion is already running ({', '.join(running)}); `parfusion down` stops it.", file=sys.stderr)
+        print(f"already running: {', '.join(running)}; `parfusion down` stops it.", file=sys.stderr)
         return 1
-    specs = available_services()
-    if args.only:
-        wanted = set(args.only.split(","))
-        unknown = wanted - {s.name for s in SERVICES}
-        if unknown:
-            print(f"unknown service(s): {', '.join(sorted(unknown))}", file=sys.stderr)
-            return 2
-        specs = [s for s in specs if s.name in wanted]
     busy = [s for s in specs if healthy(s, timeout=0.3)]
     if busy:
-        print(f"port(s) already serving: {', '.join(f'{s.name}={s.port}' for s in busy)}", file=sys.stderr)
+        print(
+            f"port(s) already serving: {', '.join(f'{s.name}={s.port}' for s in busy)}",
+            file=sys.stderr,
+        )
         return 1
     started: list[Started] = []
 
@@ -165,7 +209,7 @@ def up(args: argparse.Namespace) -> int:
                 s.proc.wait(timeout=1)
             except subprocess.TimeoutExpired:
                 pass
-        _state_path(home).unlink(missing_ok=True)
+        _write_state(home, previous)
 
     for spec in specs:
         print(f"starting {spec.name:<10} ...", end=" ", flush=True)
@@ -176,8 +220,8 @@ def up(args: argparse.Namespace) -> int:
             print(f"--- {s.log_path} (last lines) ---\n{_tail(s.log_path)}", file=sys.stderr)
             stop_all()
             return 1
-        print(f"ok  {spec.url:<24} pid {s.proc.pid}")
-        _state_path(home).write_text(json.dumps({"pids": {x.spec.name: x.proc.pid for x in started}, "detached": args.detach}))
+        print(f"ok  {service_url(spec):<24} pid {s.proc.pid}")
+        _write_state(home, {**previous, **{x.spec.name: x.proc.pid for x in started}})
     _print_addresses(specs)
     if args.detach:
         print("running in the background; stop with `parfusion down` (or scripts/stop_demo.sh)")
@@ -195,7 +239,10 @@ def up(args: argparse.Namespace) -> int:
         while not stopping:
             for s in started:
                 if s.proc.poll() is not None and not getattr(s, "reported", False):
-                    print(f"{s.spec.name} exited with code {s.proc.returncode}; see {s.log_path}", file=sys.stderr)
+                    print(
+                        f"{s.spec.name} exited with code {s.proc.returncode}; see {s.log_path}",
+                        file=sys.stderr,
+                    )
                     s.reported = True  # type: ignore[attr-defined]
             time.sleep(0.3)
     finally:
@@ -208,24 +255,43 @@ def up(args: argparse.Namespace) -> int:
 def _print_addresses(specs: list[ServiceSpec]) -> None:
     print("\nPARFusion services:")
     for s in specs:
-        metrics = f"http://127.0.0.1:{s.metrics_port}/metrics" if s.metrics_port else f"{s.url}/metrics"
-        print(f"  {s.name:<10} {s.protocol:<4} {s.url:<24} metrics {metrics}")
-    if any(s.name == "dashboard" for s in specs):
-        print(f"\nDashboard: http://127.0.0.1:{dict((s.name, s) for s in specs)['dashboard'].port}/")
+        url = service_url(s)
+        metrics = (
+            f"http://127.0.0.1:{_metrics_port(s)}/metrics" if s.metrics_port else f"{url}/metrics"
+        )
+        print(f"  {s.name:<10} {s.protocol:<4} {url:<24} metrics {metrics}")
+    for s in specs:
+        if s.name == "dashboard":
+            print(f"\nDashboard: {service_url(s)}/")
 
 
-def down(_args: argparse.Namespace) -> int:
+def _metrics_port(spec: ServiceSpec) -> int:
+    try:
+        return build_settings(spec.name).metrics_port or spec.metrics_port or 0
+    except ConfigError:
+        return spec.metrics_port or 0
+
+
+def down(args: argparse.Namespace) -> int:
     home = project_home()
-    state = _read_state(home)
-    pids = state.get("pids", {})
-    if not pids:
-        print("nothing to stop (no run/launcher.json)")
+    pids = {n: int(p) for n, p in _read_state(home).get("pids", {}).items()}
+    try:
+        names = [s.name for s in _select(args.only)] if args.only else list(pids)
+    except ValueError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    targets = [(n, pids[n]) for n in names if n in pids]
+    if not targets:
+        print("nothing to stop (not started with `parfusion up --detach`)")
         return 0
-    for name, pid in reversed(list(pids.items())):
-        if _alive(int(pid)):
+    order = [s.name for s in SERVICES]
+    for name, pid in sorted(
+        targets, key=lambda t: order.index(t[0]) if t[0] in order else 0, reverse=True
+    ):
+        if _alive(pid):
             print(f"stopping {name} (pid {pid})")
-            stop_pid(int(pid))
-    _state_path(home).unlink(missing_ok=True)
+            stop_pid(pid)
+    _write_state(home, {n: p for n, p in pids.items() if n not in dict(targets) and _alive(p)})
     print("stopped")
     return 0
 
@@ -241,16 +307,33 @@ def status(_args: argparse.Namespace) -> int:
         ok = healthy(s, timeout=0.5)
         all_ok &= ok
         pid = pids.get(s.name)
-        print(f"  {s.name:<10} {'SERVING' if ok else 'DOWN':<8} {s.url:<24} {f'pid {pid}' if pid else ''}")
+        print(
+            f"  {s.name:<10} {'SERVING' if ok else 'DOWN':<8} {service_url(s):<24} {f'pid {pid}' if pid else ''}"
+        )
     return 0 if all_ok else 1
 
 
 def register(commands: Any) -> None:
     def configure_up(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--detach", action="store_true", help="leave the services running; stop with `parfusion down`")
+        p.add_argument(
+            "--detach",
+            action="store_true",
+            help="leave the services running; stop with `parfusion down`",
+        )
         p.add_argument("--only", help="comma-separated service names (default: all)")
-        p.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for each service to be healthy")
+        p.add_argument(
+            "--timeout",
+            type=float,
+            default=30.0,
+            help="seconds to wait for each service to be healthy",
+        )
 
     commands.command(("up",), "start every PARFusion service on 127.0.0.1", configure_up, up)
-    commands.command(("down",), "stop services started with `parfusion up --detach`", None, down)
+
+    def configure_down(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--only", help="comma-separated service names (default: all started ones)")
+
+    commands.command(
+        ("down",), "stop services started with `parfusion up --detach`", configure_down, down
+    )
     commands.command(("status",), "health of every service", None, status)

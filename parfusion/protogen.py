@@ -16,12 +16,22 @@ PROTO_DIR = ROOT / "proto"
 
 
 def generate(out: Path) -> list[Path]:
-    from grpc_tools import protoc
     import grpc_tools
+    from grpc_tools import protoc
 
     include = Path(grpc_tools.__file__).parent / "_proto"
-    protos = sorted(str(p.relative_to(PROTO_DIR)) for p in (PROTO_DIR / "parfusion" / "v1").glob("*.proto"))
-    args = ["protoc", f"-I{PROTO_DIR}", f"-I{include}", f"--python_out={out}", f"--pyi_out={out}", f"--grpc_python_out={out}", *protos]
+    protos = sorted(
+        str(p.relative_to(PROTO_DIR)) for p in (PROTO_DIR / "parfusion" / "v1").glob("*.proto")
+    )
+    args = [
+        "protoc",
+        f"-I{PROTO_DIR}",
+        f"-I{include}",
+        f"--python_out={out}",
+        f"--pyi_out={out}",
+        f"--grpc_python_out={out}",
+        *protos,
+    ]
     if protoc.main(args) != 0:
         raise SystemExit("protoc failed")
     return sorted((out / "parfusion" / "v1").glob("*_pb2*.py*"))
@@ -29,7 +39,9 @@ def generate(out: Path) -> list[Path]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--check", action="store_true", help="fail if the committed stubs are stale")
+    parser.add_argument(
+        "--check", action="store_true", help="fail if the committed stubs are stale"
+    )
     ns = parser.parse_args(argv)
     target = ROOT / "parfusion" / "v1"
     if not ns.check:
@@ -37,7 +49,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     with tempfile.TemporaryDirectory() as tmp:
         fresh = generate(Path(tmp))
-        stale = [p.name for p in fresh if not (target / p.name).exists() or not filecmp.cmp(p, target / p.name, shallow=False)]
+        stale = [
+            p.name
+            for p in fresh
+            if not (target / p.name).exists() or not filecmp.cmp(p, target / p.name, shallow=False)
+        ]
         fresh_names = {p.name for p in fresh}
         extra = [p.name for p in target.glob("*_pb2*.py*") if p.name not in fresh_names]
     if stale or extra:

@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
-# Installs Debian's chromium for the browser tests when it is missing (root + apt only).
+# System packages the test suite uses, from Debian's archive when missing (root + apt only):
+# chromium (real-browser tests, driven by playwright) and docker-compose (validates compose.yaml
+# without a Docker engine).
 set -euo pipefail
-if command -v chromium >/dev/null 2>&1 || [ -x /usr/bin/chromium ]; then exit 0; fi
+need=()
+command -v chromium >/dev/null 2>&1 || [ -x /usr/bin/chromium ] || need+=(chromium)
+command -v docker-compose >/dev/null 2>&1 || need+=(docker-compose)
+[ ${#need[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
-  echo "installing Debian chromium for the browser tests..."
+  echo "installing Debian packages for the tests: ${need[*]} ..."
   apt-get update -qq >/dev/null
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 else
-  echo "chromium is not installed and this user cannot apt-get it: browser tests will be skipped" >&2
+  echo "missing ${need[*]} and this user cannot apt-get them: the tests that need them will be skipped" >&2
 fi

@@ -21,7 +21,11 @@ class _TokenAuth(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterce
 
     def _details(self, details: Any) -> Any:
         metadata = list(details.metadata or []) + [("authorization", f"Bearer {self._token}")]
-        return details._replace(metadata=metadata) if hasattr(details, "_replace") else _Details(details, metadata)
+        return (
+            details._replace(metadata=metadata)
+            if hasattr(details, "_replace")
+            else _Details(details, metadata)
+        )
 
     def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
         return continuation(self._details(details), request)

@@ -72,14 +72,20 @@ def coerce(raw: str, like: Any, key: str) -> Any:
         if isinstance(like, float):
             return float(raw)
         if isinstance(like, (list, dict)):
-            value = json.loads(raw) if raw.strip()[:1] in "[{" else [v.strip() for v in raw.split(",") if v.strip()]
+            value = (
+                json.loads(raw)
+                if raw.strip()[:1] in "[{"
+                else [v.strip() for v in raw.split(",") if v.strip()]
+            )
             return value
     except (ValueError, json.JSONDecodeError) as exc:
         raise ConfigError(f"{key}: cannot parse {raw!r} as {type(like).__name__}") from exc
     return raw
 
 
-def apply_env(section_name: str, section: Mapping[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
+def apply_env(
+    section_name: str, section: Mapping[str, Any], env: Mapping[str, str]
+) -> dict[str, Any]:
     out = dict(section)
     prefix = f"PARFUSION_{section_name.upper()}_"
     for key, raw in env.items():
@@ -195,7 +201,9 @@ def parse_service_args(
 ) -> tuple[ServiceSettings, argparse.Namespace]:
     """The command line every service main() accepts: --config --host --port --metrics-port."""
     parser = argparse.ArgumentParser(prog=f"python -m services.{service}")
-    parser.add_argument("--config", help="YAML config (default configs/demo.yaml or $PARFUSION_CONFIG)")
+    parser.add_argument(
+        "--config", help="YAML config (default configs/demo.yaml or $PARFUSION_CONFIG)"
+    )
     parser.add_argument("--host", help="address to bind (default 127.0.0.1)")
     parser.add_argument("--port", type=int, help="listen port")
     parser.add_argument("--metrics-port", type=int, help="Prometheus metrics port (gRPC services)")

@@ -84,7 +84,9 @@ def start_grpc_server(
     for add, servicer, name in registrations:
         add(servicer, server)
         names.append(name)
-    reflection.enable_server_reflection([*names, health.SERVICE_NAME, reflection.SERVICE_NAME], server)
+    reflection.enable_server_reflection(
+        [*names, health.SERVICE_NAME, reflection.SERVICE_NAME], server
+    )
     bound = server.add_insecure_port(f"{host}:{port}")
     if bound == 0:
         raise OSError(f"cannot bind gRPC server to {host}:{port}")
@@ -99,7 +101,10 @@ def start_grpc_server(
     return running
 
 
-def serve_forever(settings: ServiceSettings, build: Callable[[ServiceSettings], tuple[list[Registration], list[Callable[[], None]]]]) -> None:
+def serve_forever(
+    settings: ServiceSettings,
+    build: Callable[[ServiceSettings], tuple[list[Registration], list[Callable[[], None]]]],
+) -> None:
     """Run until SIGTERM/SIGINT, then drain: health NOT_SERVING, stop accepting, run stop hooks."""
     settings.ensure_dirs()
     registrations, stop_hooks = build(settings)
@@ -114,7 +119,11 @@ def serve_forever(settings: ServiceSettings, build: Callable[[ServiceSettings], 
         running.on_stop(hook)
     log.info(
         "serving",
-        extra={"address": f"{settings.host}:{running.port}", "metrics_port": running.metrics_port, "services": ",".join(running.service_names)},
+        extra={
+            "address": f"{settings.host}:{running.port}",
+            "metrics_port": running.metrics_port,
+            "services": ",".join(running.service_names),
+        },
     )
     done = threading.Event()
 

@@ -25,7 +25,9 @@ MUTATING_METHODS = {"POST", "PUT", "PATCH", "DELETE"}
 class HttpError(Exception):
     """An expected HTTP error; handlers raise it and :func:`error_response` renders it."""
 
-    def __init__(self, status: int, message: str, *, field: str | None = None, **extra: Any) -> None:
+    def __init__(
+        self, status: int, message: str, *, field: str | None = None, **extra: Any
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.message = message

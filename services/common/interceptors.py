@@ -20,7 +20,17 @@ from services.common.errors import DomainError
 
 log = logging.getLogger(__name__)
 
-MUTATING_VERBS = ("Submit", "Delete", "Set", "Apply", "Inject", "Control", "Report", "Update", "Create")
+MUTATING_VERBS = (
+    "Submit",
+    "Delete",
+    "Set",
+    "Apply",
+    "Inject",
+    "Control",
+    "Report",
+    "Update",
+    "Create",
+)
 
 RPC_TOTAL = Counter(
     "parfusion_grpc_requests_total",
@@ -41,7 +51,11 @@ def is_mutating(method: str) -> bool:
 
 def token_from_metadata(metadata: Any) -> str | None:
     for key, value in metadata or ():
-        if key == "authorization" and isinstance(value, str) and value.lower().startswith("bearer "):
+        if (
+            key == "authorization"
+            and isinstance(value, str)
+            and value.lower().startswith("bearer ")
+        ):
             return value[7:].strip()
         if key == "x-api-token":
             return str(value)
@@ -68,7 +82,9 @@ class ServiceInterceptor(grpc.ServerInterceptor):
         if self._token and is_mutating(method):
             given = token_from_metadata(details.invocation_metadata)
             if given is None or not hmac.compare_digest(given, self._token):
-                return _deny(handler, f"{method} needs a valid API token (authorization: Bearer ...)")
+                return _deny(
+                    handler, f"{method} needs a valid API token (authorization: Bearer ...)"
+                )
         if handler.unary_unary:
             return grpc.unary_unary_rpc_method_handler(
                 self._wrap_unary(handler.unary_unary, service, method),
@@ -100,7 +116,9 @@ class ServiceInterceptor(grpc.ServerInterceptor):
                     raise
                 code = "INTERNAL"
                 log.exception("unhandled error", extra={"method": method})
-                context.abort(grpc.StatusCode.INTERNAL, f"{method}: internal error: {type(exc).__name__}")
+                context.abort(
+                    grpc.StatusCode.INTERNAL, f"{method}: internal error: {type(exc).__name__}"
+                )
             finally:
                 RPC_TOTAL.labels(service, method, code).inc()
                 RPC_SECONDS.labels(service, method).observe(time.perf_counter() - start)
@@ -137,8 +155,12 @@ def _deny(handler: Any, message: str) -> Any:
 
     if handler.unary_stream:
         return grpc.unary_stream_rpc_method_handler(
-            abort, request_deserializer=handler.request_deserializer, response_serializer=handler.response_serializer
+            abort,
+            request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
         )
     return grpc.unary_unary_rpc_method_handler(
-        abort, request_deserializer=handler.request_deserializer, response_serializer=handler.response_serializer
+        abort,
+        request_deserializer=handler.request_deserializer,
+        response_serializer=handler.response_serializer,
     )

@@ -45,7 +45,12 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "msg": record.getMessage(),
         }
-        line.update({k: v if isinstance(v, (int, float, bool)) else str(v) for k, v in _extras(record).items()})
+        line.update(
+            {
+                k: v if isinstance(v, (int, float, bool)) else str(v)
+                for k, v in _extras(record).items()
+            }
+        )
         if record.exc_info:
             line["exc"] = self.formatException(record.exc_info)
         return json.dumps(line)

@@ -17,15 +17,23 @@ def test_defaults_from_demo_yaml(home: Path) -> None:
 
 
 def test_env_overrides_are_typed(home: Path) -> None:
-    env = {"PARFUSION_ALLOCATOR_TICK_MS": "500", "PARFUSION_HOST": "0.0.0.0", "PARFUSION_API_TOKEN": "t"}
+    env = {
+        "PARFUSION_ALLOCATOR_TICK_MS": "500",
+        "PARFUSION_HOST": "0.0.0.0",
+        "PARFUSION_API_TOKEN": "t",
+    }
     s = build_settings("allocator", env=env)
     assert s.get_int("tick_ms") == 500 and s.host == "0.0.0.0" and s.api_token == "t"
-    lanes = build_settings("gpulane", env={"PARFUSION_GPULANE_LANES": '{"online": [0]}'}).get("lanes")
+    lanes = build_settings("gpulane", env={"PARFUSION_GPULANE_LANES": '{"online": [0]}'}).get(
+        "lanes"
+    )
     assert lanes == {"online": [0]}
 
 
 def test_flag_overrides_win(home: Path) -> None:
-    s = build_settings("allocator", overrides={"port": 6000}, env={"PARFUSION_ALLOCATOR_PORT": "7000"})
+    s = build_settings(
+        "allocator", overrides={"port": 6000}, env={"PARFUSION_ALLOCATOR_PORT": "7000"}
+    )
     assert s.port == 6000
 
 

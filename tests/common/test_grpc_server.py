@@ -54,10 +54,15 @@ def test_health_serving_and_not_serving_after_stop() -> None:
     with grpc.insecure_channel(s.address) as ch:
         stub = health_pb2_grpc.HealthStub(ch)
         for name in ("", SERVICE):
-            assert stub.Check(health_pb2.HealthCheckRequest(service=name), timeout=2).status == health_pb2.HealthCheckResponse.SERVING
+            assert (
+                stub.Check(health_pb2.HealthCheckRequest(service=name), timeout=2).status
+                == health_pb2.HealthCheckResponse.SERVING
+            )
     s.health.enter_graceful_shutdown()
     with grpc.insecure_channel(s.address) as ch:
-        reply = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(service=""), timeout=2)
+        reply = health_pb2_grpc.HealthStub(ch).Check(
+            health_pb2.HealthCheckRequest(service=""), timeout=2
+        )
         assert reply.status == health_pb2.HealthCheckResponse.NOT_SERVING
     s.stop(0)
 
@@ -65,7 +70,11 @@ def test_health_serving_and_not_serving_after_stop() -> None:
 def test_reflection_lists_services(server: RunningServer) -> None:
     with grpc.insecure_channel(server.address) as ch:
         stub = reflection_pb2_grpc.ServerReflectionStub(ch)
-        replies = list(stub.ServerReflectionInfo(iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=2))
+        replies = list(
+            stub.ServerReflectionInfo(
+                iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=2
+            )
+        )
     names = {s.name for s in replies[0].list_services_response.service}
     assert {SERVICE, "grpc.health.v1.Health", "grpc.reflection.v1alpha.ServerReflection"} <= names
 
@@ -90,7 +99,9 @@ def test_token_guards_mutating_calls_only() -> None:
     try:
         with grpc.insecure_channel(s.address) as ch:
             stub = nodeagent_pb2_grpc.NodeAgentServiceStub(ch)
-            stub.GetNodeTelemetry(nodeagent_pb2.GetNodeTelemetryRequest(), timeout=2)  # read: allowed
+            stub.GetNodeTelemetry(
+                nodeagent_pb2.GetNodeTelemetryRequest(), timeout=2
+            )  # read: allowed
             with pytest.raises(grpc.RpcError) as err:
                 stub.ControlProcess(nodeagent_pb2.ControlProcessRequest(pid=5), timeout=2)
             assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
@@ -105,6 +116,15 @@ def test_token_guards_mutating_calls_only() -> None:
 
 def test_metrics_endpoint_counts_rpcs(server: RunningServer) -> None:
     with grpc.insecure_channel(server.address) as ch:
-        nodeagent_pb2_grpc.NodeAgentServiceStub(ch).GetNodeTelemetry(nodeagent_pb2.GetNodeTelemetryRequest(), timeout=2)
-    body = urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=2).read().decode()
-    assert 'parfusion_grpc_requests_total{code="OK",method="GetNodeTelemetry",service="NodeAgentService"}' in body
+        nodeagent_pb2_grpc.NodeAgentServiceStub(ch).GetNodeTelemetry(
+            nodeagent_pb2.GetNodeTelemetryRequest(), timeout=2
+        )
+    body = (
+        urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=2)
+        .read()
+        .decode()
+    )
+    assert (
+        'parfusion_grpc_requests_total{code="OK",method="GetNodeTelemetry",service="NodeAgentService"}'
+        in body
+    )
