@@ -1,0 +1,141 @@
+"""The policy's decisions as the plans the node agent and gpulane enforce.
+
+One Decision per intent becomes one Allocation (workers, cpu set, nice, cgroup plan, GPU lane
+and share, predicted latency, slack, risk, NMU, state); the allocations make the NodePlan,
+the GPU part of each makes the GpuPlan. Both carry the tick's generation and the policy name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from parfusion.v1 import intent_pb2
+from services.allocator import model
+from services.allocator.convert import DEGRADATION_TO_PROTO, STATE_TO_PROTO
+
+
+def format_cpuset(cpus: Sequence[int]) -> str:
+    """(0, 1, 2, 3, 6) -> "0-3,6", the cgroup v2 cpuset.cpus syntax."""
+    ids = sorted(set(cpus))
+    parts: list[str] = []
+    start = prev = None
+    for cpu in ids:
+        if start is None:
+            start = prev = cpu
+        elif prev is not None and cpu == prev + 1:
+            prev = cpu
+        else:
+            parts.append(f"{start}" if start == prev else f"{start}-{prev}")
+            start = prev = cpu
+    if start is not None:
+        parts.append(f"{start}" if start == prev else f"{start}-{prev}")
+    return ",".join(parts)
+
+
+def cgroup_path(intent_id: str) -> str:
+    """Per-intent cgroup, relative to the delegated root (ids are path-safe by validation)."""
+    return f"parfusion/{intent_id}"
+
+
+def allocation(
+    decision: model.Decision, intent: intent_pb2.ResourceIntent | None
+) -> intent_pb2.Allocation:
+    alloc = intent_pb2.Allocation(
+        intent_id=decision.intent_id,
+        workers=max(0, decision.units),
+        cpu_set=list(decision.cpu_set),
+        nice=decision.nice,
+        cgroup=intent_pb2.CgroupPlan(
+            path=cgroup_path(decision.intent_id),
+            cpu_weight=max(1, min(10000, decision.cpu_weight)),
+            cpu_max=decision.cpu_max,
+            cpuset_cpus=format_cpuset(decision.cpu_set),
+        ),
+        gpu_lane=decision.gpu_lane,
+        gpu_indexes=list(decision.gpu_indexes),
+        gpu_share_percent=decision.gpu_share_percent,
+        stream_priority=decision.stream_priority,
+        gpu_concurrency=decision.gpu_concurrency,
+        degradation=DEGRADATION_TO_PROTO.get(
+            decision.degradation, intent_pb2.DEGRADATION_LEVEL_NORMAL
+        ),
+        predicted_p99_ms=decision.predicted_p99_ms,
+        slack_ms=decision.slack_ms,
+        deadline_risk=decision.deadline_risk,
+        nmu=decision.nmu,
+        state=STATE_TO_PROTO.get(decision.state, intent_pb2.ALLOCATION_STATE_UNSPECIFIED),
+        reason=decision.reason,
+        preempted_units=decision.preempted_units,
+        sched_policy=decision.sched_policy,
+    )
+    if intent is not None:
+        alloc.intent_name = intent.name
+        alloc.workload_class = intent.workload_class
+        # The workload's shape rides along so the node agent can size and drive the pool.
+        alloc.base_service_ms = intent.speedup.base_service_ms
+        alloc.parallel_fraction = intent.speedup.parallel_fraction
+        alloc.arrival_rate_per_s = intent.demand.arrival_rate_per_s
+        alloc.deadline_ms = intent.slo.deadline_ms
+    return alloc
+
+
+def node_plan(
+    result: model.PlanResult,
+    intents: Mapping[str, intent_pb2.ResourceIntent],
+    node: model.NodeState,
+    *,
+    generation: int,
+    created_at: Timestamp,
+    decision_ms: float,
+) -> intent_pb2.NodePlan:
+    plan = intent_pb2.NodePlan(
+        node=node.name,
+        generation=generation,
+        policy=result.policy,
+        cpu_units=node.cpu_units,
+        contention=result.contention,
+        node_stale=node.stale,
+        decision_ms=decision_ms,
+    )
+    plan.created_at.CopyFrom(created_at)
+    plan.allocations.extend(allocation(d, intents.get(d.intent_id)) for d in result.decisions)
+    return plan
+
+
+def gpu_plan(
+    result: model.PlanResult,
+    intents: Mapping[str, intent_pb2.ResourceIntent],
+    node: model.NodeState,
+    *,
+    generation: int,
+    created_at: Timestamp,
+) -> intent_pb2.GpuPlan:
+    plan = intent_pb2.GpuPlan(
+        node=node.name,
+        generation=generation,
+        policy=result.policy,
+        gpu_intent_enabled=result.gpu_intent_enabled,
+    )
+    plan.created_at.CopyFrom(created_at)
+    for d in result.decisions:
+        if not d.gpu_lane and d.gpu_share_percent <= 0:
+            continue
+        intent = intents.get(d.intent_id)
+        plan.assignments.append(
+            intent_pb2.GpuAssignment(
+                intent_id=d.intent_id,
+                intent_name=intent.name if intent is not None else "",
+                lane=d.gpu_lane,
+                gpu_indexes=list(d.gpu_indexes),
+                share_percent=d.gpu_share_percent,
+                stream_priority=d.stream_priority,
+                concurrency=d.gpu_concurrency,
+                memory_limit_bytes=intent.gpu.memory_bytes if intent is not None else 0,
+                degradation=DEGRADATION_TO_PROTO.get(
+                    d.degradation, intent_pb2.DEGRADATION_LEVEL_NORMAL
+                ),
+            )
+        )
+    return plan
