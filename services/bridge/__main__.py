@@ -1,0 +1,3 @@
+from services.bridge.app import main
+
+main()

@@ -1,0 +1,227 @@
+"""HTTP face of the robot bridge (Starlette): wiring only; the loop lives in controller.py.
+
+Routes: POST /api/mission (DELETE to cancel), POST /api/urgent, POST /api/tick, GET /api/state,
+GET /metrics, GET /healthz. The lifespan restores a mission from its checkpoint, starts the ROS 2
+adapter and, when ``bridge.background_ticker`` is true, a ticker that runs one control tick every
+``bridge.tick_ms``. Without the ticker the robot moves only on POST /api/tick.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import orjson
+from prometheus_client import CollectorRegistry
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from services.bridge.allocator_client import AllocatorClient, UrgentIntentTemplate
+from services.bridge.checkpoint import CheckpointStore
+from services.bridge.controller import RobotBridge
+from services.bridge.metrics import BridgeMetrics
+from services.bridge.ros2 import Ros2Adapter
+from services.bridge.statemachine import IllegalTransition
+from services.bridge.validation import parse_mission, parse_tick, parse_urgent
+from services.common.config import ServiceSettings, parse_service_args, resolve_path
+from services.common.errors import DomainError
+from services.common.http import (
+    HttpError,
+    TokenMiddleware,
+    error_response,
+    healthz_route,
+    metrics_route,
+    read_body,
+    read_json_object,
+    serve_http,
+)
+from services.common.logs import configure_logging
+
+log = logging.getLogger(__name__)
+
+
+def build_bridge(settings: ServiceSettings, clock: Callable[[], float] = time.time) -> RobotBridge:
+    """The controller and its ports from settings; nothing is read or started yet."""
+    checkpoint = settings.get_str("checkpoint_path", "")
+    path = (
+        resolve_path(checkpoint) if checkpoint else settings.run_dir / "bridge" / "checkpoint.json"
+    )
+    address = settings.get_str("allocator_address", "")
+    allocator = None
+    if address:
+        allocator = AllocatorClient(
+            address,
+            token=settings.api_token,
+            timeout_s=settings.get_float("allocator_timeout_ms", 500.0) / 1000.0,
+            retry_s=settings.get_float("allocator_retry_ms", 1000.0) / 1000.0,
+            template=UrgentIntentTemplate(
+                priority=settings.get_int("urgent_priority", 1000),
+                preferred_workers=settings.get_int("urgent_workers", 2),
+                gpu_lane=settings.get_str("urgent_gpu_lane", "urgent"),
+                gpu_share=settings.get_float("urgent_gpu_share", 0.5),
+            ),
+        )
+    return RobotBridge(
+        store=CheckpointStore(path),
+        metrics=BridgeMetrics(CollectorRegistry()),
+        allocator=allocator,
+        tick_s=settings.get_float("tick_ms", 200.0) / 1000.0,
+        queue_limit=settings.get_int("urgent_queue_limit", 64),
+        clock=clock,
+    )
+
+
+def create_app(settings: ServiceSettings, *, clock: Callable[[], float] = time.time) -> Starlette:
+    bridge = build_bridge(settings, clock)
+    background = settings.get_bool("background_ticker", False)
+    max_body = settings.get_int("max_body_bytes", 65536)
+    safe_point_default = settings.get_int("safe_point_interval", 5)
+    mission_count = 0
+
+    def submit_from_ros2(document: dict[str, Any]) -> None:
+        bridge.submit_urgent(parse_urgent(document), source="ros2")
+
+    ros2 = Ros2Adapter(settings.get_str("ros2", "auto"), submit_from_ros2)
+    bridge.subscribe(lambda t: ros2.publish(t, _step_view(bridge)))
+
+    def state_view() -> dict[str, Any]:
+        view = bridge.snapshot()
+        mission = view["mission"] or {}
+        summary = {
+            "mode": ros2.mode,
+            "mission_step": mission.get("step"),
+            "mission_steps": (mission.get("spec") or {}).get("steps"),
+            "checkpoint_step": mission.get("checkpoint_step"),
+            "steps_redone": mission.get("steps_redone"),
+            "urgent_queued": len(view["urgent"]["queue"]),
+            "urgent_active": (view["urgent"]["active"] or {}).get("spec", {}).get("name"),
+            "allocator_reachable": view["allocator"]["reachable"],
+            "background_ticker": background,
+        }
+        return {
+            "state": view["state"],
+            **summary,
+            **{k: v for k, v in view.items() if k != "state"},
+            "ros2": ros2.status(),
+        }
+
+    async def mission(request: Request) -> JSONResponse:
+        nonlocal mission_count
+        if request.method == "DELETE":
+            ended = await run_in_threadpool(bridge.cancel_mission)
+            return JSONResponse({"cancelled": ended.id, **(await run_in_threadpool(state_view))})
+        body = await read_json_object(request, max_body)
+        spec = parse_mission(
+            body,
+            default_safe_point_interval=safe_point_default,
+            default_name=f"mission-{mission_count + 1}",
+        )
+        started = await run_in_threadpool(bridge.start_mission, spec)
+        mission_count += 1
+        return JSONResponse(
+            {"mission_id": started.id, **(await run_in_threadpool(state_view))}, status_code=201
+        )
+
+    async def urgent(request: Request) -> JSONResponse:
+        spec = parse_urgent(await read_json_object(request, max_body))
+        event = await run_in_threadpool(bridge.submit_urgent, spec)
+        return JSONResponse(
+            {"urgent_id": event.id, **(await run_in_threadpool(state_view))}, status_code=202
+        )
+
+    async def tick(request: Request) -> JSONResponse:
+        raw = await read_body(request, max_body)
+        count = parse_tick(_json_object(raw)) if raw.strip() else 1
+        await run_in_threadpool(bridge.tick, count)
+        return JSONResponse(await run_in_threadpool(state_view))
+
+    async def state(_request: Request) -> JSONResponse:
+        return JSONResponse(await run_in_threadpool(state_view))
+
+    async def ticker() -> None:
+        period = bridge.tick_s
+        while True:
+            started = time.monotonic()
+            try:
+                await run_in_threadpool(bridge.tick)
+            except Exception:
+                log.exception("background tick failed")
+            await asyncio.sleep(max(0.0, period - (time.monotonic() - started)))
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+        restored = await run_in_threadpool(bridge.restore)
+        if restored:
+            log.info("checkpoint restored", extra={"state": bridge.machine.state.value})
+        ros2.start()
+        task = asyncio.create_task(ticker()) if background else None
+        try:
+            yield
+        finally:
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+            ros2.stop()
+            if bridge.allocator is not None and hasattr(bridge.allocator, "close"):
+                bridge.allocator.close()
+
+    app = Starlette(
+        routes=[
+            Route("/api/mission", mission, methods=["POST", "DELETE"]),
+            Route("/api/urgent", urgent, methods=["POST"]),
+            Route("/api/tick", tick, methods=["POST"]),
+            Route("/api/state", state, methods=["GET"]),
+            metrics_route(bridge.metrics.registry),
+            healthz_route(),
+        ],
+        middleware=[Middleware(TokenMiddleware, token=settings.api_token)],
+        exception_handlers={HttpError: _http_error, DomainError: _domain_error},  # type: ignore[dict-item]
+        lifespan=lifespan,
+    )
+    app.state.bridge = bridge
+    app.state.ros2 = ros2
+    return app
+
+
+def _json_object(raw: bytes) -> dict[str, Any]:
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise HttpError(400, f"malformed JSON: {exc}") from exc
+    if not isinstance(value, dict):
+        raise HttpError(400, "expected a JSON object")
+    return value
+
+
+def _step_view(bridge: RobotBridge) -> dict[str, Any]:
+    mission = bridge.mission
+    return {"step": mission.step, "steps": mission.spec.steps} if mission else {}
+
+
+async def _http_error(_request: Request, exc: HttpError) -> JSONResponse:
+    return error_response(exc)
+
+
+async def _domain_error(_request: Request, exc: DomainError) -> JSONResponse:
+    if isinstance(exc, IllegalTransition):
+        return error_response(
+            HttpError(409, str(exc), state=exc.state.value, event=exc.event.value)
+        )
+    field = exc.field
+    message = str(exc).removeprefix(f"{field}: ") if field else str(exc)
+    return error_response(HttpError(exc.http_status, message, field=field))
+
+
+def main(argv: list[str] | None = None) -> None:
+    settings, _ = parse_service_args("bridge", argv)
+    configure_logging(settings.log_level, settings.log_format, "bridge")
+    serve_http(create_app(settings), settings)
