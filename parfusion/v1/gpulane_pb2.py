@@ -26,7 +26,7 @@ from parfusion.v1 import intent_pb2 as parfusion_dot_v1_dot_intent__pb2
 from parfusion.v1 import telemetry_pb2 as parfusion_dot_v1_dot_telemetry__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1aparfusion/v1/gpulane.proto\x12\x0cparfusion.v1\x1a\x19parfusion/v1/intent.proto\x1a\x1cparfusion/v1/telemetry.proto\"\xa9\x01\n\nGpuCommand\x12\x0c\n\x04\x61rgv\x18\x01 \x03(\t\x12\r\n\x05stdin\x18\x02 \x01(\t\x12.\n\x03\x65nv\x18\x03 \x03(\x0b\x32!.parfusion.v1.GpuCommand.EnvEntry\x12\x0f\n\x07purpose\x18\x04 \x01(\t\x12\x11\n\tintent_id\x18\x05 \x01(\t\x1a*\n\x08\x45nvEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xc6\x01\n\x0cLaneDecision\x12\x11\n\tintent_id\x18\x01 \x01(\t\x12\x0c\n\x04lane\x18\x02 \x01(\t\x12\x13\n\x0bgpu_indexes\x18\x03 \x03(\r\x12\x15\n\rshare_percent\x18\x04 \x01(\x01\x12\x1c\n\x14\x63uda_stream_priority\x18\x05 \x01(\x05\x12\x13\n\x0b\x63oncurrency\x18\x06 \x01(\r\x12\x13\n\x0bmig_profile\x18\x07 \x01(\t\x12\x11\n\tavailable\x18\x08 \x01(\x08\x12\x0e\n\x06reason\x18\t \x01(\t\"a\n\x13\x41pplyGpuPlanRequest\x12#\n\x04plan\x18\x01 \x01(\x0b\x32\x15.parfusion.v1.GpuPlan\x12%\n\x04mode\x18\x02 \x01(\x0e\x32\x17.parfusion.v1.ApplyMode\"\xc3\x01\n\x14\x41pplyGpuPlanResponse\x12\x12\n\ngeneration\x18\x01 \x01(\x04\x12%\n\x04mode\x18\x02 \x01(\x0e\x32\x17.parfusion.v1.ApplyMode\x12-\n\tdecisions\x18\x03 \x03(\x0b\x32\x1a.parfusion.v1.LaneDecision\x12*\n\x08\x63ommands\x18\x04 \x03(\x0b\x32\x18.parfusion.v1.GpuCommand\x12\x15\n\rrecorded_path\x18\x05 \x01(\t\"\x18\n\x16GetGpuTelemetryRequest\"H\n\x17GetGpuTelemetryResponse\x12-\n\ttelemetry\x18\x01 \x01(\x0b\x32\x1a.parfusion.v1.GpuTelemetry\"=\n\x16PreviewCommandsRequest\x12#\n\x04plan\x18\x01 \x01(\x0b\x32\x15.parfusion.v1.GpuPlan\"t\n\x17PreviewCommandsResponse\x12-\n\tdecisions\x18\x01 \x03(\x0b\x32\x1a.parfusion.v1.LaneDecision\x12*\n\x08\x63ommands\x18\x02 \x03(\x0b\x32\x18.parfusion.v1.GpuCommand*U\n\tApplyMode\x12\x1a\n\x16\x41PPLY_MODE_UNSPECIFIED\x10\x00\x12\x16\n\x12\x41PPLY_MODE_DRY_RUN\x10\x01\x12\x14\n\x10\x41PPLY_MODE_APPLY\x10\x02\x32\xa7\x02\n\x0eGpuLaneService\x12U\n\x0c\x41pplyGpuPlan\x12!.parfusion.v1.ApplyGpuPlanRequest\x1a\".parfusion.v1.ApplyGpuPlanResponse\x12^\n\x0fGetGpuTelemetry\x12$.parfusion.v1.GetGpuTelemetryRequest\x1a%.parfusion.v1.GetGpuTelemetryResponse\x12^\n\x0fPreviewCommands\x12$.parfusion.v1.PreviewCommandsRequest\x1a%.parfusion.v1.PreviewCommandsResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1aparfusion/v1/gpulane.proto\x12\x0cparfusion.v1\x1a\x19parfusion/v1/intent.proto\x1a\x1cparfusion/v1/telemetry.proto\"\xa9\x01\n\nGpuCommand\x12\x0c\n\x04\x61rgv\x18\x01 \x03(\t\x12\r\n\x05stdin\x18\x02 \x01(\t\x12.\n\x03\x65nv\x18\x03 \x03(\x0b\x32!.parfusion.v1.GpuCommand.EnvEntry\x12\x0f\n\x07purpose\x18\x04 \x01(\t\x12\x11\n\tintent_id\x18\x05 \x01(\t\x1a*\n\x08\x45nvEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xc6\x01\n\x0cLaneDecision\x12\x11\n\tintent_id\x18\x01 \x01(\t\x12\x0c\n\x04lane\x18\x02 \x01(\t\x12\x13\n\x0bgpu_indexes\x18\x03 \x03(\r\x12\x15\n\rshare_percent\x18\x04 \x01(\x01\x12\x1c\n\x14\x63uda_stream_priority\x18\x05 \x01(\x05\x12\x13\n\x0b\x63oncurrency\x18\x06 \x01(\r\x12\x13\n\x0bmig_profile\x18\x07 \x01(\t\x12\x11\n\tavailable\x18\x08 \x01(\x08\x12\x0e\n\x06reason\x18\t \x01(\t\"a\n\x13\x41pplyGpuPlanRequest\x12#\n\x04plan\x18\x01 \x01(\x0b\x32\x15.parfusion.v1.GpuPlan\x12%\n\x04mode\x18\x02 \x01(\x0e\x32\x17.parfusion.v1.ApplyMode\"\xe3\x01\n\x14\x41pplyGpuPlanResponse\x12\x12\n\ngeneration\x18\x01 \x01(\x04\x12%\n\x04mode\x18\x02 \x01(\x0e\x32\x17.parfusion.v1.ApplyMode\x12-\n\tdecisions\x18\x03 \x03(\x0b\x32\x1a.parfusion.v1.LaneDecision\x12*\n\x08\x63ommands\x18\x04 \x03(\x0b\x32\x18.parfusion.v1.GpuCommand\x12\x15\n\rrecorded_path\x18\x05 \x01(\t\x12\r\n\x05notes\x18\x06 \x03(\t\x12\x0f\n\x07\x63hanged\x18\x07 \x01(\x08\"\x18\n\x16GetGpuTelemetryRequest\"H\n\x17GetGpuTelemetryResponse\x12-\n\ttelemetry\x18\x01 \x01(\x0b\x32\x1a.parfusion.v1.GpuTelemetry\"=\n\x16PreviewCommandsRequest\x12#\n\x04plan\x18\x01 \x01(\x0b\x32\x15.parfusion.v1.GpuPlan\"\x83\x01\n\x17PreviewCommandsResponse\x12-\n\tdecisions\x18\x01 \x03(\x0b\x32\x1a.parfusion.v1.LaneDecision\x12*\n\x08\x63ommands\x18\x02 \x03(\x0b\x32\x18.parfusion.v1.GpuCommand\x12\r\n\x05notes\x18\x03 \x03(\t*U\n\tApplyMode\x12\x1a\n\x16\x41PPLY_MODE_UNSPECIFIED\x10\x00\x12\x16\n\x12\x41PPLY_MODE_DRY_RUN\x10\x01\x12\x14\n\x10\x41PPLY_MODE_APPLY\x10\x02\x32\xa7\x02\n\x0eGpuLaneService\x12U\n\x0c\x41pplyGpuPlan\x12!.parfusion.v1.ApplyGpuPlanRequest\x1a\".parfusion.v1.ApplyGpuPlanResponse\x12^\n\x0fGetGpuTelemetry\x12$.parfusion.v1.GetGpuTelemetryRequest\x1a%.parfusion.v1.GetGpuTelemetryResponse\x12^\n\x0fPreviewCommands\x12$.parfusion.v1.PreviewCommandsRequest\x1a%.parfusion.v1.PreviewCommandsResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,8 +35,8 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_GPUCOMMAND_ENVENTRY']._loaded_options = None
   _globals['_GPUCOMMAND_ENVENTRY']._serialized_options = b'8\001'
-  _globals['_APPLYMODE']._serialized_start=1052
-  _globals['_APPLYMODE']._serialized_end=1137
+  _globals['_APPLYMODE']._serialized_start=1100
+  _globals['_APPLYMODE']._serialized_end=1185
   _globals['_GPUCOMMAND']._serialized_start=102
   _globals['_GPUCOMMAND']._serialized_end=271
   _globals['_GPUCOMMAND_ENVENTRY']._serialized_start=229
@@ -46,15 +46,15 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_APPLYGPUPLANREQUEST']._serialized_start=474
   _globals['_APPLYGPUPLANREQUEST']._serialized_end=571
   _globals['_APPLYGPUPLANRESPONSE']._serialized_start=574
-  _globals['_APPLYGPUPLANRESPONSE']._serialized_end=769
-  _globals['_GETGPUTELEMETRYREQUEST']._serialized_start=771
-  _globals['_GETGPUTELEMETRYREQUEST']._serialized_end=795
-  _globals['_GETGPUTELEMETRYRESPONSE']._serialized_start=797
-  _globals['_GETGPUTELEMETRYRESPONSE']._serialized_end=869
-  _globals['_PREVIEWCOMMANDSREQUEST']._serialized_start=871
-  _globals['_PREVIEWCOMMANDSREQUEST']._serialized_end=932
-  _globals['_PREVIEWCOMMANDSRESPONSE']._serialized_start=934
-  _globals['_PREVIEWCOMMANDSRESPONSE']._serialized_end=1050
-  _globals['_GPULANESERVICE']._serialized_start=1140
-  _globals['_GPULANESERVICE']._serialized_end=1435
+  _globals['_APPLYGPUPLANRESPONSE']._serialized_end=801
+  _globals['_GETGPUTELEMETRYREQUEST']._serialized_start=803
+  _globals['_GETGPUTELEMETRYREQUEST']._serialized_end=827
+  _globals['_GETGPUTELEMETRYRESPONSE']._serialized_start=829
+  _globals['_GETGPUTELEMETRYRESPONSE']._serialized_end=901
+  _globals['_PREVIEWCOMMANDSREQUEST']._serialized_start=903
+  _globals['_PREVIEWCOMMANDSREQUEST']._serialized_end=964
+  _globals['_PREVIEWCOMMANDSRESPONSE']._serialized_start=967
+  _globals['_PREVIEWCOMMANDSRESPONSE']._serialized_end=1098
+  _globals['_GPULANESERVICE']._serialized_start=1188
+  _globals['_GPULANESERVICE']._serialized_end=1483
 # @@protoc_insertion_point(module_scope)

@@ -70,18 +70,22 @@ class ApplyGpuPlanRequest(_message.Message):
     def __init__(self, plan: _Optional[_Union[_intent_pb2.GpuPlan, _Mapping]] = ..., mode: _Optional[_Union[ApplyMode, str]] = ...) -> None: ...
 
 class ApplyGpuPlanResponse(_message.Message):
-    __slots__ = ("generation", "mode", "decisions", "commands", "recorded_path")
+    __slots__ = ("generation", "mode", "decisions", "commands", "recorded_path", "notes", "changed")
     GENERATION_FIELD_NUMBER: _ClassVar[int]
     MODE_FIELD_NUMBER: _ClassVar[int]
     DECISIONS_FIELD_NUMBER: _ClassVar[int]
     COMMANDS_FIELD_NUMBER: _ClassVar[int]
     RECORDED_PATH_FIELD_NUMBER: _ClassVar[int]
+    NOTES_FIELD_NUMBER: _ClassVar[int]
+    CHANGED_FIELD_NUMBER: _ClassVar[int]
     generation: int
     mode: ApplyMode
     decisions: _containers.RepeatedCompositeFieldContainer[LaneDecision]
     commands: _containers.RepeatedCompositeFieldContainer[GpuCommand]
     recorded_path: str
-    def __init__(self, generation: _Optional[int] = ..., mode: _Optional[_Union[ApplyMode, str]] = ..., decisions: _Optional[_Iterable[_Union[LaneDecision, _Mapping]]] = ..., commands: _Optional[_Iterable[_Union[GpuCommand, _Mapping]]] = ..., recorded_path: _Optional[str] = ...) -> None: ...
+    notes: _containers.RepeatedScalarFieldContainer[str]
+    changed: bool
+    def __init__(self, generation: _Optional[int] = ..., mode: _Optional[_Union[ApplyMode, str]] = ..., decisions: _Optional[_Iterable[_Union[LaneDecision, _Mapping]]] = ..., commands: _Optional[_Iterable[_Union[GpuCommand, _Mapping]]] = ..., recorded_path: _Optional[str] = ..., notes: _Optional[_Iterable[str]] = ..., changed: _Optional[bool] = ...) -> None: ...
 
 class GetGpuTelemetryRequest(_message.Message):
     __slots__ = ()
@@ -100,9 +104,11 @@ class PreviewCommandsRequest(_message.Message):
     def __init__(self, plan: _Optional[_Union[_intent_pb2.GpuPlan, _Mapping]] = ...) -> None: ...
 
 class PreviewCommandsResponse(_message.Message):
-    __slots__ = ("decisions", "commands")
+    __slots__ = ("decisions", "commands", "notes")
     DECISIONS_FIELD_NUMBER: _ClassVar[int]
     COMMANDS_FIELD_NUMBER: _ClassVar[int]
+    NOTES_FIELD_NUMBER: _ClassVar[int]
     decisions: _containers.RepeatedCompositeFieldContainer[LaneDecision]
     commands: _containers.RepeatedCompositeFieldContainer[GpuCommand]
-    def __init__(self, decisions: _Optional[_Iterable[_Union[LaneDecision, _Mapping]]] = ..., commands: _Optional[_Iterable[_Union[GpuCommand, _Mapping]]] = ...) -> None: ...
+    notes: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, decisions: _Optional[_Iterable[_Union[LaneDecision, _Mapping]]] = ..., commands: _Optional[_Iterable[_Union[GpuCommand, _Mapping]]] = ..., notes: _Optional[_Iterable[str]] = ...) -> None: ...

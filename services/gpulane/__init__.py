@@ -1,0 +1,1 @@
+"""GPU-lane service: lanes over the GPUs NVML reports, share / priority plans, MPS/MIG previews."""

@@ -1,0 +1,3 @@
+from services.gpulane.server import main
+
+main()

@@ -1,0 +1,103 @@
+"""Lane-load sources: where the lane service's GPU pressure and per-lane load figures come from.
+
+One small Protocol and a name -> factory registry, chosen by ``gpulane.backend``. ``nvml``
+reports what the driver measures. Other sources (a modeled one for machines without a GPU)
+register themselves here; they may model lane utilisation and GPU pressure, labelled with
+their backend name, but never add devices: the device list always comes from NVML.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from services.gpulane.lanes import LaneView
+from services.gpulane.nvml import NvmlSnapshot
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class LaneLoad:
+    backend: str
+    gpu_pressure: float  # [0, 1]
+    lane_utilization_percent: Mapping[str, float] = field(default_factory=dict)
+    note: str = ""
+
+
+class LaneLoadSource(Protocol):
+    """Contract: pure reading, cheap (called on every telemetry request), no device invention.
+
+    ``lane_share_percent`` is the share the active GPU plan gives each lane (sum over its
+    intents, per GPU). The result's ``backend`` names the source ("nvml", "modeled", ...).
+    """
+
+    name: str
+
+    def sample(
+        self,
+        snapshot: NvmlSnapshot,
+        lanes: tuple[LaneView, ...],
+        lane_share_percent: Mapping[str, float],
+    ) -> LaneLoad: ...
+
+
+# factory(gpulane config section) -> source
+LaneLoadFactory = Callable[[Mapping[str, Any]], LaneLoadSource]
+
+
+class NvmlLaneLoad:
+    """Measured load: a lane's utilisation is the mean NVML utilisation of its present GPUs."""
+
+    name = "nvml"
+
+    def __init__(self, _section: Mapping[str, Any] | None = None) -> None:
+        pass
+
+    def sample(
+        self,
+        snapshot: NvmlSnapshot,
+        lanes: tuple[LaneView, ...],
+        lane_share_percent: Mapping[str, float],
+    ) -> LaneLoad:
+        util = {d.index: d.utilization_percent for d in snapshot.devices}
+        per_lane = {
+            lane.name: sum(util[i] for i in lane.present) / len(lane.present)
+            for lane in lanes
+            if lane.present
+        }
+        pressure = sum(util.values()) / (100.0 * len(util)) if util else 0.0
+        note = "" if snapshot.available else "no NVML: no GPU load measured"
+        return LaneLoad("nvml", min(1.0, max(0.0, pressure)), per_lane, note)
+
+
+def lazy(target: str) -> LaneLoadFactory:
+    """A factory that imports "package.module:Class" on first use (no import cycles)."""
+
+    def factory(section: Mapping[str, Any]) -> LaneLoadSource:
+        module_name, _, attr = target.partition(":")
+        module = importlib.import_module(module_name)
+        return getattr(module, attr)(section)  # type: ignore[no-any-return]
+
+    return factory
+
+
+# One line per source, e.g. "modeled": lazy("services.gpulane.modeled:ModeledLaneLoad").
+REGISTRY: dict[str, LaneLoadFactory] = {
+    "nvml": NvmlLaneLoad,
+}
+
+
+def build_lane_load(name: str, section: Mapping[str, Any]) -> LaneLoadSource:
+    """The configured source; an unregistered name falls back to NVML with a warning."""
+    factory = REGISTRY.get(name)
+    if factory is None:
+        log.warning(
+            "lane-load backend not available, using nvml telemetry only",
+            extra={"backend": name, "known": ",".join(sorted(REGISTRY))},
+        )
+        factory = NvmlLaneLoad
+    return factory(section)

@@ -1,0 +1,181 @@
+"""The lane planner: one GpuPlan (from the allocator, every tick) -> one LanePlacement per intent.
+
+Pure: the plan, the resolved lanes, the stream-priority range and the board names come in;
+placements come out. For each assignment it picks the lane and the GPUs of that lane that are
+present, turns the share into an MPS percentage, maps the logical stream priority into the
+device range and suggests a MIG slice where the share fits one closely. A plan whose policy
+disables GPU intent (no-gpuintent, no-crosslayer, baseline...) leaves every GPU setting at
+its default: full device, default stream priority, default concurrency, no slice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from parfusion.v1 import intent_pb2
+from services.common.errors import InvalidArgument
+from services.gpulane import mig
+from services.gpulane.lanes import LaneView, lane_by_name
+from services.gpulane.priority import PriorityRange, map_priority
+
+
+@dataclass(frozen=True)
+class LanePlacement:
+    intent_id: str
+    intent_name: str
+    lane: str
+    gpu_indexes: tuple[int, ...]  # present GPUs only
+    share_percent: float
+    logical_priority: int
+    cuda_stream_priority: int
+    concurrency: int
+    memory_limit_bytes: int
+    mig_profile: str
+    available: bool
+    reason: str
+    at_defaults: bool
+    # The lane's configured GPUs, for a labelled reference-profile preview when absent here.
+    reference_indexes: tuple[int, ...] = ()
+
+
+def validate_plan(plan: intent_pb2.GpuPlan) -> None:
+    """Reject a malformed plan as a whole, before anything is recorded or applied."""
+    seen: set[str] = set()
+    for i, a in enumerate(plan.assignments):
+        where = f"plan.assignments[{i}]"
+        if not a.intent_id:
+            raise InvalidArgument("must not be empty", field=f"{where}.intent_id")
+        if a.intent_id in seen:
+            raise InvalidArgument(f"intent {a.intent_id} appears twice", field=f"{where}.intent_id")
+        seen.add(a.intent_id)
+        if not 0.0 <= a.share_percent <= 100.0:
+            raise InvalidArgument(
+                f"must be in [0, 100], got {a.share_percent}", field=f"{where}.share_percent"
+            )
+        if a.stream_priority not in (-1, 0, 1):
+            raise InvalidArgument(
+                f"must be -1, 0 or 1, got {a.stream_priority}", field=f"{where}.stream_priority"
+            )
+
+
+def _pick_lane(requested: str, lanes: tuple[LaneView, ...]) -> tuple[LaneView | None, str]:
+    if requested:
+        view = lane_by_name(lanes, requested)
+        return view, "" if view else f"lane {requested!r} is not configured"
+    for view in lanes:  # empty = any lane: the first one with a GPU present
+        if view.available:
+            return view, ""
+    return (lanes[0] if lanes else None), ""
+
+
+def _pick_gpus(
+    assignment: intent_pb2.GpuAssignment, view: LaneView
+) -> tuple[tuple[int, ...], tuple[int, ...], str]:
+    """(present GPUs to use, reference GPUs, reason)."""
+    wanted = tuple(assignment.gpu_indexes) or view.configured
+    outside = [i for i in wanted if i not in view.configured]
+    if outside:
+        listed = ",".join(map(str, outside))
+        return (), wanted, f"GPUs {listed} are not in lane {view.name}"
+    present = tuple(i for i in wanted if i in view.present)
+    if not present:
+        return (), wanted, view.reason or f"lane {view.name} has no GPU present"
+    absent = [i for i in wanted if i not in view.present]
+    reason = f"GPUs {','.join(map(str, absent))} absent" if absent else ""
+    return present, wanted, reason
+
+
+def place(
+    plan: intent_pb2.GpuPlan,
+    lanes: tuple[LaneView, ...],
+    priority_range: PriorityRange,
+    device_names: Mapping[int, str],
+) -> tuple[LanePlacement, ...]:
+    validate_plan(plan)
+    placements = []
+    for a in plan.assignments:
+        view, lane_error = _pick_lane(a.lane, lanes)
+        if view is None or lane_error:
+            placements.append(_unplaced(a, a.lane, lane_error or "no lanes configured"))
+            continue
+        if a.share_percent <= 0:
+            placements.append(_unplaced(a, view.name, "no GPU share in this plan"))
+            continue
+        present, reference, reason = _pick_gpus(a, view)
+        if not plan.gpu_intent_enabled:
+            placements.append(
+                LanePlacement(
+                    intent_id=a.intent_id,
+                    intent_name=a.intent_name,
+                    lane=view.name,
+                    gpu_indexes=present,
+                    share_percent=100.0,
+                    logical_priority=0,
+                    cuda_stream_priority=priority_range.least,
+                    concurrency=0,
+                    memory_limit_bytes=0,
+                    mig_profile="",
+                    available=bool(present),
+                    reason=_join(
+                        f"policy {plan.policy or '?'} leaves GPU settings at their defaults",
+                        reason,
+                    ),
+                    at_defaults=True,
+                    reference_indexes=reference,
+                )
+            )
+            continue
+        names = {device_names.get(i, "") for i in (present or reference)}
+        profiles = mig.profiles_for(names.pop()) if len(names) == 1 else ()
+        suggestion = mig.suggest_profile(a.share_percent, a.memory_limit_bytes, profiles)
+        placements.append(
+            LanePlacement(
+                intent_id=a.intent_id,
+                intent_name=a.intent_name,
+                lane=view.name,
+                gpu_indexes=present,
+                share_percent=a.share_percent,
+                logical_priority=a.stream_priority,
+                cuda_stream_priority=map_priority(a.stream_priority, priority_range),
+                concurrency=a.concurrency,
+                memory_limit_bytes=a.memory_limit_bytes,
+                mig_profile=suggestion.name if suggestion else "",
+                available=bool(present),
+                reason=reason,
+                at_defaults=False,
+                reference_indexes=reference,
+            )
+        )
+    return tuple(placements)
+
+
+def _join(*parts: str) -> str:
+    return "; ".join(p for p in parts if p)
+
+
+def _unplaced(a: intent_pb2.GpuAssignment, lane: str, reason: str) -> LanePlacement:
+    return LanePlacement(
+        intent_id=a.intent_id,
+        intent_name=a.intent_name,
+        lane=lane,
+        gpu_indexes=(),
+        share_percent=0.0,
+        logical_priority=0,
+        cuda_stream_priority=0,
+        concurrency=0,
+        memory_limit_bytes=0,
+        mig_profile="",
+        available=False,
+        reason=reason,
+        at_defaults=False,
+    )
+
+
+def lane_shares(placements: tuple[LanePlacement, ...]) -> dict[str, float]:
+    """Allocated share per lane: per-GPU share summed over the lane's intents (GPU intent only)."""
+    shares: dict[str, float] = {}
+    for p in placements:
+        if p.lane and not p.at_defaults:
+            shares[p.lane] = shares.get(p.lane, 0.0) + p.share_percent
+    return shares

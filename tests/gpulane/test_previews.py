@@ -1,0 +1,104 @@
+"""Command previews: exact MPS control grammar, client env, MIG lookup/create/tear-down order."""
+
+from __future__ import annotations
+
+import re
+
+from services.gpulane.lanes import parse_lanes, resolve_lanes
+from services.gpulane.nvml import Nvml, NvmlSnapshot
+from services.gpulane.planner import place
+from services.gpulane.previews import REFERENCE_LABEL, build_preview
+from services.gpulane.priority import ASSUMED_RANGE, PriorityRange
+from tests.gpulane.fake_nvml import h200_node
+from tests.gpulane.plans import demo_plan
+
+LANES = parse_lanes({"online": [0, 1], "batch": [2, 3, 4, 5], "robot": [6], "urgent": [7]})
+RANGE = PriorityRange(0, -5, "queried: test")
+
+# nvidia-cuda-mps-control(1) command grammar for the lines the previews emit.
+MPS_LINE = re.compile(
+    r"^(set_default_active_thread_percentage (100|[1-9]\d?)"
+    r"|set_active_thread_percentage (\d+|<server-pid from get_server_list>) (100|[1-9]\d?)"
+    r"|set_default_device_pinned_mem_limit \d+ \d+[MG]"
+    r"|get_server_list)\n$"
+)
+
+
+def _preview(count: int = 8, plan=None, **kw):
+    snap = Nvml(h200_node(count)).snapshot()
+    names = {d.index: d.name for d in snap.devices}
+    placements = place(plan or demo_plan(), resolve_lanes(LANES, snap), RANGE, names)
+    return build_preview(placements, RANGE, policy="parfusion", **kw)
+
+
+def test_mps_lines_follow_the_control_grammar() -> None:
+    preview = _preview()
+    mps = [c for c in preview.commands if c.argv and c.argv[0] == "nvidia-cuda-mps-control"]
+    assert mps[0].argv == ("nvidia-cuda-mps-control", "-d")
+    assert mps[0].env["CUDA_VISIBLE_DEVICES"] == "0,1,2,3,4,5,6,7"
+    for c in mps[1:]:
+        assert MPS_LINE.match(c.stdin), c.stdin
+    stdin = [c.stdin for c in mps]
+    # the daemon default is the largest share; each client tightens to its own
+    assert "set_default_active_thread_percentage 57\n" in stdin
+    assert "set_default_device_pinned_mem_limit 0 8G\n" in stdin
+    assert "set_default_device_pinned_mem_limit 2 16G\n" in stdin
+    assert stdin.index("get_server_list\n") < stdin.index(
+        "set_active_thread_percentage <server-pid from get_server_list> 57\n"
+    )
+
+
+def test_client_environment_per_intent() -> None:
+    envs = {c.intent_id: c.env for c in _preview().commands if c.kind == "env"}
+    assert envs["chat"]["CUDA_VISIBLE_DEVICES"] == "0,1"
+    assert envs["chat"]["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "40"
+    assert envs["chat"]["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=8G,1=8G"
+    assert envs["chat"]["PARFUSION_CUDA_STREAM_PRIORITY"] == "-5"
+    assert envs["train"]["PARFUSION_CUDA_STREAM_PRIORITY"] == "0"
+    assert envs["train"]["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=16G,1=16G,2=16G,3=16G"
+
+
+def test_mig_lookup_then_create_then_dci_before_dgi() -> None:
+    cmds = [c for c in _preview().commands if c.kind == "mig" and c.intent_id == "train"]
+    flags = [c.argv[-1] for c in cmds]
+    assert cmds[0].argv == ("nvidia-smi", "mig", "-i", "2", "-lgip")
+    assert cmds[1].argv[:5] == ("nvidia-smi", "mig", "-i", "2", "-cgi")
+    assert cmds[1].argv[5].startswith("<id of 4g.71gb from: nvidia-smi mig -i 2 -lgip>")
+    assert flags[2:] == ["-cci", "-dci", "-dgi"]
+    resolved = _preview(mig_ids={(2, "4g.71gb"): 5}).commands
+    assert ("nvidia-smi", "mig", "-i", "2", "-cgi", "5") in [c.argv for c in resolved]
+
+
+def test_notes_carry_the_mps_facts() -> None:
+    notes = " ".join(_preview().notes)
+    assert "only to MPS servers started afterwards" in notes
+    assert "can only tighten" in notes
+    assert "One MPS server serves one user id" in notes
+    assert "-dci before -dgi" in notes
+    assert "never preempts a running kernel" in notes
+
+
+def test_defaults_policy_emits_no_commands() -> None:
+    preview = _preview(plan=demo_plan("no-gpuintent", enabled=False))
+    assert preview.commands == ()
+    assert any("defaults" in n for n in preview.notes)
+
+
+def test_absent_gpus_reference_preview_is_labelled_and_can_be_off() -> None:
+    placements = place(
+        demo_plan(), resolve_lanes(LANES, NvmlSnapshot(False, "no driver")), ASSUMED_RANGE, {}
+    )
+    labelled = build_preview(placements, ASSUMED_RANGE)
+    assert labelled.commands and all(
+        c.purpose.startswith(REFERENCE_LABEL) for c in labelled.commands
+    )
+    assert any("ASSUMPTION" in n for n in labelled.notes)
+    assert build_preview(placements, ASSUMED_RANGE, reference_preview=False).commands == ()
+
+
+def test_reference_commands_never_mix_with_present_gpus() -> None:
+    preview = _preview(count=2)
+    assert preview.commands
+    assert all(REFERENCE_LABEL not in c.purpose for c in preview.commands)
+    assert {c.intent_id for c in preview.commands if c.kind == "env"} == {"chat"}
+    assert preview.commands[0].env["CUDA_VISIBLE_DEVICES"] == "0,1"
