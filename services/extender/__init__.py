@@ -1,0 +1,1 @@
+"""kube-scheduler extender: cluster placement from the same D-MUG core as the node loop."""

@@ -1,0 +1,3 @@
+from services.extender.app import main
+
+main()

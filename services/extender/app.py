@@ -1,0 +1,218 @@
+"""The extender's HTTP app: kube-scheduler's /filter /prioritize /bind /preempt plus /state,
+/metrics and /healthz. Wiring only; the decisions live in verbs.py and scoring.py.
+
+Bad bodies (malformed JSON, wrong shape, missing Pod) get 400 with ``{"error", "field"}``;
+bodies over ``max_body_bytes`` get 413. kube-scheduler treats any non-200 as an error for the
+pod, which is what a malformed call deserves. Filter and prioritize run on the event loop
+(they are CPU-only and take milliseconds); bind may call the API server, so it runs in a thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import anyio.to_thread
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from services.allocator.model import DmugConfig
+from services.common.config import ServiceSettings, parse_service_args
+from services.common.http import (
+    HttpError,
+    TokenMiddleware,
+    error_response,
+    healthz_route,
+    metrics_route,
+    read_body,
+    serve_http,
+)
+from services.common.logs import configure_logging
+
+from . import protocol
+from .kubeapi import connect
+from .metrics import ExtenderMetrics
+from .nodeview import ClusterView
+from .protocol import ProtocolError
+from .samples import sample_node_objects
+from .scoring import ScoringConfig
+from .telemetry import TelemetryPoller, TelemetrySource
+from .verbs import Extender
+
+log = logging.getLogger(__name__)
+JSON = "application/json"
+
+
+def build_extender(settings: ServiceSettings) -> Extender:
+    view = ClusterView()
+    if settings.get_bool("sample_nodes", False):
+        view.learn(
+            [protocol.NodeHead(**_head_fields(n)) for n in sample_node_objects()], source="sample"
+        )
+    api = connect(
+        settings.get_str("kube_api", "standalone"),
+        settings.get_str("kubeconfig", ""),
+        settings.get_float("api_timeout_s", 5.0),
+    )
+    config = ScoringConfig(
+        risk_threshold=settings.get_float("risk_threshold", 0.5),
+        dmug=DmugConfig(),
+    )
+    return Extender(view, config, api, ExtenderMetrics())
+
+
+def _head_fields(node: dict[str, Any]) -> dict[str, Any]:
+    import msgspec
+
+    head = msgspec.json.decode(msgspec.json.encode(node), type=protocol.NodeHead)
+    return {"metadata": head.metadata, "spec": head.spec, "status": head.status}
+
+
+def create_app(settings: ServiceSettings, extender: Extender | None = None) -> Starlette:
+    ext = extender or build_extender(settings)
+    max_bytes = settings.get_int("max_body_bytes", 16 << 20)
+    metrics = ext.metrics
+    background: dict[str, Any] = {}
+
+    def verb_route(
+        verb: str, decode: Callable[[bytes], Any], answer: Callable[[Any], Awaitable[bytes]]
+    ) -> Route:
+        histogram = metrics.request_seconds.labels(verb)
+
+        async def endpoint(request: Request) -> Response:
+            started = time.perf_counter()
+            code = 200
+            try:
+                body = await read_body(request, max_bytes)
+                payload = await answer(decode(body))
+                response: Response = Response(payload, media_type=JSON)
+            except ProtocolError as exc:
+                code = 400
+                response = error_response(HttpError(400, str(exc), field=exc.field))
+            except HttpError as exc:
+                code = exc.status
+                response = error_response(exc)
+            except Exception:
+                code = 500
+                log.exception("extender verb failed", extra={"verb": verb})
+                response = JSONResponse({"error": f"internal error in /{verb}"}, status_code=500)
+            histogram.observe(time.perf_counter() - started)
+            metrics.requests.labels(verb, str(code)).inc()
+            return response
+
+        return Route(f"/{verb}", endpoint, methods=["POST"], name=verb)
+
+    async def on_loop(result: bytes) -> bytes:
+        return result
+
+    async def filter_answer(args: protocol.ExtenderArgs) -> bytes:
+        return ext.filter(args)
+
+    async def prioritize_answer(args: protocol.ExtenderArgs) -> bytes:
+        return ext.prioritize(args)
+
+    async def bind_answer(args: protocol.ExtenderBindingArgs) -> bytes:
+        return await anyio.to_thread.run_sync(ext.bind, args)
+
+    async def preempt_answer(args: protocol.ExtenderPreemptionArgs) -> bytes:
+        return ext.preempt(args)
+
+    async def state(_request: Request) -> Response:
+        body = ext.state()
+        poller = background.get("poller")
+        body["telemetry"] = (
+            None
+            if poller is None
+            else {
+                "sources": [s.allocator_address for s in poller.sources],
+                "reachable": poller.reachable,
+                "last_poll_at": poller.last_poll_at,
+            }
+        )
+        metrics.nodes.set(len(ext.view))
+        return JSONResponse(body)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+        if settings.get_bool("telemetry", True) and settings.get_str("allocator_address", ""):
+            source = TelemetrySource(
+                settings.get_str("allocator_address"),
+                settings.get_str("gpulane_address", ""),
+                timeout_s=settings.get_float("telemetry_timeout_s", 0.5),
+                token=settings.api_token,
+            )
+            poller = TelemetryPoller(
+                ext.view,
+                [source],
+                interval_s=settings.get_float("telemetry_interval_s", 2.0),
+                stale_s=settings.get_float("telemetry_stale_s", 10.0),
+            )
+            poller.start()
+            background["poller"] = poller
+        refresher = None
+        if ext.api is not None:
+            refresher = asyncio.create_task(
+                _refresh_nodes(ext, settings.get_float("node_refresh_s", 30.0))
+            )
+        try:
+            yield
+        finally:
+            if refresher is not None:
+                refresher.cancel()
+            poller = background.pop("poller", None)
+            if poller is not None:
+                await anyio.to_thread.run_sync(poller.stop)
+
+    routes = [
+        verb_route("filter", protocol.decode_extender_args, filter_answer),
+        verb_route("prioritize", protocol.decode_extender_args, prioritize_answer),
+        verb_route("bind", protocol.decode_binding_args, bind_answer),
+        verb_route("preempt", protocol.decode_preemption_args, preempt_answer),
+        Route("/state", state, methods=["GET"]),
+        metrics_route(metrics.registry),
+        healthz_route(),
+    ]
+    app = Starlette(
+        routes=routes,
+        lifespan=lifespan,
+        middleware=[Middleware(TokenMiddleware, token=settings.api_token)],
+    )
+    app.state.extender = ext
+    app.state.background = background
+    return app
+
+
+async def _refresh_nodes(ext: Extender, interval_s: float) -> None:
+    """With API access, the node list keeps the NodeNames (node-cache) mode's view current."""
+    assert ext.api is not None
+    while True:
+        try:
+            heads = await anyio.to_thread.run_sync(ext.api.list_nodes)
+            ext.view.learn(heads, source="api")
+        except Exception as exc:  # an unreachable API server must not stop the verbs
+            log.warning("node list failed", extra={"error": str(exc)[:200]})
+        await asyncio.sleep(interval_s)
+
+
+def main(argv: list[str] | None = None) -> None:
+    def extra(parser: Any) -> None:
+        parser.add_argument(
+            "--sample-nodes",
+            action="store_true",
+            help="add the packaged sample nodes to the node view (standalone demos only)",
+        )
+
+    settings, ns = parse_service_args("extender", argv, extra)
+    if ns.sample_nodes:
+        from dataclasses import replace
+
+        settings = replace(settings, section={**settings.section, "sample_nodes": True})
+    configure_logging(settings.log_level, settings.log_format, "extender")
+    serve_http(create_app(settings), settings)

@@ -1,0 +1,277 @@
+"""The extender's view of the cluster's nodes: what kube-scheduler sends, enriched with telemetry.
+
+Sources, in the order they override each other:
+
+1. Node objects: every NodeList a /filter or /prioritize request carries, and (with API access)
+   the periodic node list. ``status.allocatable.cpu`` gives the CPU units; GPU lanes come from
+   node labels ``parfusion.io/lane-<name>: "<gpu count>"`` (set by an operator or the node
+   agent); ``parfusion.io/cpu-units`` overrides the CPU count.
+2. Telemetry from the allocator / GPU-lane service of a node, when reachable (telemetry.py):
+   measured contention, the lanes with the GPUs actually present, the intents resident there.
+3. Bindings this extender made: the intents it placed are resident on their node until the
+   allocator's own telemetry for that node takes over.
+
+Packaged sample nodes (samples.py) join only with the explicit ``sample_nodes`` flag.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+from services.allocator.model import IntentSpec, LaneCapacity, NodeState
+
+from .protocol import NodeHead
+
+LANE_LABEL = "parfusion.io/lane-"
+CPU_UNITS_LABEL = "parfusion.io/cpu-units"
+SHARE_UNITS_PER_GPU = 100
+
+
+def cpu_quantity(text: str | None) -> int:
+    """Whole CPU units from a Kubernetes quantity ("8", "7910m", "1.5", "2k"); bad input is 0."""
+    if not text:
+        return 0
+    text = text.strip()
+    try:
+        if text.endswith("m"):
+            return int(float(text[:-1]) // 1000)
+        if text.endswith("k"):
+            return int(float(text[:-1]) * 1000)
+        return int(float(text))
+    except ValueError:
+        return 0
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRecord:
+    """One node as the extender scores it."""
+
+    name: str
+    cpu_units: int
+    lanes: tuple[LaneCapacity, ...] = ()
+    contention: float = 0.0
+    schedulable: bool = True  # not cordoned and Ready
+    source: str = "request"  # request, api, sample, telemetry
+    residents: tuple[IntentSpec, ...] = ()
+    telemetry_at: float | None = None
+    used_units: int = 0  # sum of the residents' guaranteed (min) units
+    lane_used: tuple[tuple[str, float], ...] = ()  # share units the residents hold per lane
+
+    @property
+    def free_units(self) -> int:
+        return self.cpu_units - self.used_units
+
+    def lane_free(self, name: str) -> float:
+        lane = self.lane(name)
+        if lane is None or not lane.available:
+            return 0.0
+        used = dict(self.lane_used).get(name, 0.0)
+        return lane.share_units - used
+
+    @property
+    def state(self) -> NodeState:
+        return NodeState(
+            name=self.name,
+            cpu_units=self.cpu_units,
+            lanes=self.lanes,
+            contention=self.contention,
+        )
+
+    def lane(self, name: str) -> LaneCapacity | None:
+        for lane in self.lanes:
+            if lane.name == name:
+                return lane
+        return None
+
+
+def record_from_head(head: NodeHead, source: str = "request") -> NodeRecord:
+    labels = head.metadata.labels or {}
+    status = head.status
+    allocatable = (status.allocatable if status else None) or {}
+    cpu = cpu_quantity(labels.get(CPU_UNITS_LABEL)) or cpu_quantity(allocatable.get("cpu"))
+    lanes: list[LaneCapacity] = []
+    gpu_index = 0
+    for key in sorted(labels):
+        if key.startswith(LANE_LABEL):
+            count = cpu_quantity(labels[key])
+            indexes = tuple(range(gpu_index, gpu_index + count))
+            gpu_index += count
+            lanes.append(LaneCapacity(key[len(LANE_LABEL) :], indexes, SHARE_UNITS_PER_GPU * count))
+    ready = True
+    for cond in (status.conditions if status else None) or ():
+        if cond.type == "Ready":
+            ready = cond.status == "True"
+    cordoned = bool(head.spec and head.spec.unschedulable)
+    return NodeRecord(
+        name=head.metadata.name,
+        cpu_units=cpu,
+        lanes=tuple(lanes),
+        schedulable=ready and not cordoned,
+        source=source,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class NodeTelemetry:
+    """What a node's own allocator and GPU-lane service report (telemetry.py fills it)."""
+
+    node: str
+    cpu_units: int
+    contention: float
+    lanes: tuple[LaneCapacity, ...] | None  # None: GPU-lane service not reachable
+    residents: tuple[IntentSpec, ...]
+    observed_at: float
+
+
+@dataclass
+class Binding:
+    pod: str  # namespace/name
+    pod_uid: str
+    node: str
+    intent_id: str
+    at: float
+    mode: str  # "api" or "standalone"
+
+
+@dataclass
+class ClusterView:
+    """Thread-safe store of node records; reads are lock-free snapshots of immutable records."""
+
+    max_bindings: int = 10_000
+    _objects: dict[str, NodeRecord] = field(default_factory=dict)
+    _telemetry: dict[str, NodeTelemetry] = field(default_factory=dict)
+    _placed: dict[str, dict[str, IntentSpec]] = field(default_factory=dict)
+    _merged: dict[str, NodeRecord] = field(default_factory=dict)
+    bindings: list[Binding] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    # --- writers ---------------------------------------------------------------------------
+
+    def learn(self, heads: Iterable[NodeHead], source: str = "request") -> list[NodeRecord]:
+        """Records for these node objects (returned in order), remembered for NodeNames calls."""
+        out = []
+        changed = []
+        for head in heads:
+            rec = record_from_head(head, source)
+            old = self._objects.get(rec.name)
+            if (
+                old is None
+                or old.cpu_units != rec.cpu_units
+                or old.lanes != rec.lanes
+                or old.schedulable != rec.schedulable
+            ):
+                changed.append(rec)
+            out.append(rec)
+        if changed:
+            with self._lock:
+                for rec in changed:
+                    self._objects[rec.name] = rec
+                    self._merge(rec.name)
+        return [self._merged.get(r.name, r) for r in out]
+
+    def set_telemetry(self, reports: Sequence[NodeTelemetry]) -> None:
+        with self._lock:
+            names = set(self._telemetry) | {r.node for r in reports}
+            self._telemetry = {r.node: r for r in reports}
+            for name in names:
+                self._merge(name)
+
+    def place(self, node: str, intent: IntentSpec) -> None:
+        """Make a bound pod's intent resident on its node (later filters see the capacity gone)."""
+        with self._lock:
+            self._placed.setdefault(node, {})[intent.id] = intent
+            self._merge(node)
+
+    def forget_placement(self, intent_id: str) -> None:
+        with self._lock:
+            for node, placed in self._placed.items():
+                if placed.pop(intent_id, None) is not None:
+                    self._merge(node)
+
+    def record_binding(self, binding: Binding) -> None:
+        with self._lock:
+            self.bindings.append(binding)
+            del self.bindings[: -self.max_bindings]
+
+    def _merge(self, name: str) -> None:
+        obj = self._objects.get(name)
+        tel = self._telemetry.get(name)
+        placed = tuple(self._placed.get(name, {}).values())
+        if obj is None and tel is None:
+            self._merged.pop(name, None)
+            return
+        rec = obj or NodeRecord(
+            name=name, cpu_units=tel.cpu_units if tel else 0, source="telemetry"
+        )
+        residents = placed
+        if tel is not None:
+            known = {i.id for i in tel.residents}
+            residents = tel.residents + tuple(i for i in placed if i.id not in known)
+            rec = replace(
+                rec,
+                cpu_units=tel.cpu_units or rec.cpu_units,
+                contention=tel.contention,
+                lanes=tel.lanes if tel.lanes is not None else rec.lanes,
+                telemetry_at=tel.observed_at,
+            )
+        lane_used: dict[str, float] = {}
+        for intent in residents:
+            if intent.gpu_share > 0 and intent.gpu_lane:
+                lane_used[intent.gpu_lane] = (
+                    lane_used.get(intent.gpu_lane, 0.0) + intent.gpu_share * SHARE_UNITS_PER_GPU
+                )
+        self._merged[name] = replace(
+            rec,
+            residents=residents,
+            used_units=sum(i.min_units for i in residents),
+            lane_used=tuple(sorted(lane_used.items())),
+        )
+
+    # --- readers ---------------------------------------------------------------------------
+
+    def get(self, name: str) -> NodeRecord | None:
+        return self._merged.get(name)
+
+    def lookup(self, names: Sequence[str]) -> list[NodeRecord | None]:
+        merged = self._merged
+        return [merged.get(n) for n in names]
+
+    def resolve(self, records: Sequence[NodeRecord]) -> list[NodeRecord]:
+        """The merged (telemetry-enriched) record for each record learned from a request."""
+        merged = self._merged
+        return [merged.get(r.name, r) for r in records]
+
+    def __len__(self) -> int:
+        return len(self._merged)
+
+    def snapshot(self) -> Mapping[str, NodeRecord]:
+        return dict(self._merged)
+
+    def summary(self, limit: int = 50) -> dict[str, object]:
+        merged = self.snapshot()
+        sources: dict[str, int] = {}
+        for rec in merged.values():
+            sources[rec.source] = sources.get(rec.source, 0) + 1
+        return {
+            "count": len(merged),
+            "sources": sources,
+            "with_telemetry": sum(1 for r in merged.values() if r.telemetry_at is not None),
+            "nodes": [
+                {
+                    "name": r.name,
+                    "cpu_units": r.cpu_units,
+                    "schedulable": r.schedulable,
+                    "contention": round(r.contention, 4),
+                    "lanes": {lane.name: len(lane.gpu_indexes) for lane in r.lanes},
+                    "residents": [i.id for i in r.residents],
+                    "source": r.source,
+                    "telemetry_age_s": None
+                    if r.telemetry_at is None
+                    else round(time.time() - r.telemetry_at, 3),
+                }
+                for r in sorted(merged.values(), key=lambda r: r.name)[:limit]
+            ],
+        }

@@ -1,0 +1,321 @@
+"""The kube-scheduler extender protocol v1 on the wire: decoding requests, encoding replies.
+
+Mirrors k8s.io/kube-scheduler/extender/v1 (types.go) and how pkg/scheduler/extender.go uses it.
+Those Go structs carry no JSON tags, so kube-scheduler sends the Go field names as they are
+(``Pod``, ``Nodes``, ``NodeNames``, ``PodName``...) and decodes replies case-insensitively; the
+Pod and the Nodes inside are ordinary core/v1 JSON. Two modes, chosen by the scheduler's
+``nodeCacheCapable``: full ``Nodes`` (a NodeList) or only ``NodeNames``. kube-scheduler reads
+``NodeNames`` from a filter reply only when it is node-cache-capable and ``Nodes`` otherwise, so
+every reply is written in the mode it was asked in.
+
+Only what the decision needs is decoded (msgspec skips the rest); node objects are carried as
+``msgspec.Raw`` slices of the request and written back byte for byte, never rebuilt.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import msgspec
+
+MIN_EXTENDER_PRIORITY = 0
+MAX_EXTENDER_PRIORITY = 10
+
+
+class ProtocolError(ValueError):
+    """The body is not valid JSON or not shaped like the protocol message; ``field`` names where."""
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+# --- core/v1 subsets (lower-case JSON tags, as Kubernetes serialises them) -------------------
+
+
+class ObjectMeta(msgspec.Struct, omit_defaults=True):
+    name: str = ""
+    namespace: str = ""
+    uid: str = ""
+    labels: dict[str, str] | None = None
+    annotations: dict[str, str] | None = None
+
+
+class ResourceRequirements(msgspec.Struct):
+    requests: dict[str, str] | None = None
+    limits: dict[str, str] | None = None
+
+
+class Container(msgspec.Struct):
+    name: str = ""
+    resources: ResourceRequirements | None = None
+
+
+class PodSpec(msgspec.Struct):
+    containers: list[Container] | None = None
+    nodeName: str = ""
+    schedulerName: str = ""
+    priority: int | None = None
+
+
+class Pod(msgspec.Struct):
+    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
+    spec: PodSpec | None = None
+
+    @property
+    def key(self) -> str:
+        return f"{self.metadata.namespace or 'default'}/{self.metadata.name}"
+
+
+class NodeMeta(msgspec.Struct):
+    name: str = ""
+    labels: dict[str, str] | None = None
+
+
+class NodeCondition(msgspec.Struct):
+    type: str = ""
+    status: str = ""
+
+
+class NodeStatus(msgspec.Struct):
+    allocatable: dict[str, str] | None = None
+    capacity: dict[str, str] | None = None
+    conditions: list[NodeCondition] | None = None
+
+
+class NodeSpec(msgspec.Struct):
+    unschedulable: bool = False
+
+
+class NodeHead(msgspec.Struct):
+    """The few fields of a core/v1 Node the node view reads."""
+
+    metadata: NodeMeta = msgspec.field(default_factory=NodeMeta)
+    spec: NodeSpec | None = None
+    status: NodeStatus | None = None
+
+
+class NodeList(msgspec.Struct, omit_defaults=True):
+    """A core/v1 NodeList with each item kept as the raw bytes it arrived as."""
+
+    items: list[msgspec.Raw] | None = None
+    metadata: msgspec.Raw = msgspec.field(default_factory=lambda: msgspec.Raw(b"{}"))
+    kind: str | None = None
+    apiVersion: str | None = None
+
+
+class MetaPod(msgspec.Struct):
+    UID: str = ""
+
+
+class MetaVictims(msgspec.Struct):
+    Pods: list[MetaPod] | None = None
+    NumPDBViolations: int = 0
+
+
+class VictimPodMeta(msgspec.Struct):
+    uid: str = ""
+
+
+class VictimPod(msgspec.Struct):
+    metadata: VictimPodMeta = msgspec.field(default_factory=VictimPodMeta)
+
+
+class Victims(msgspec.Struct):
+    Pods: list[VictimPod] | None = None
+    NumPDBViolations: int = 0
+
+
+# --- the extender messages ------------------------------------------------------------------
+
+
+@dataclass
+class ExtenderArgs:
+    """Filter / prioritize arguments. Exactly one of ``nodes`` / ``node_names`` is the mode."""
+
+    pod: Pod
+    nodes: NodeList | None
+    node_names: list[str] | None
+    heads: list[NodeHead] = field(default_factory=list)  # parallel to nodes.items
+
+    @property
+    def by_names(self) -> bool:
+        return self.nodes is None
+
+    def candidate_names(self) -> list[str]:
+        if self.nodes is None:
+            return list(self.node_names or ())
+        return [h.metadata.name for h in self.heads]
+
+
+@dataclass
+class ExtenderBindingArgs:
+    pod_name: str
+    pod_namespace: str
+    pod_uid: str
+    node: str
+
+
+@dataclass
+class ExtenderPreemptionArgs:
+    pod: Pod
+    # node -> victim pod UIDs and PDB violations, from whichever map the scheduler sent
+    victims: dict[str, tuple[list[str], int]]
+
+
+_top = msgspec.json.Decoder(dict[str, msgspec.Raw])
+_pod = msgspec.json.Decoder(Pod | None)
+_node_list = msgspec.json.Decoder(NodeList | None)
+_node_head = msgspec.json.Decoder(NodeHead)
+_names = msgspec.json.Decoder(list[str] | None)
+_string = msgspec.json.Decoder(str | None)
+_meta_victims = msgspec.json.Decoder(dict[str, MetaVictims | None] | None)
+_victims = msgspec.json.Decoder(dict[str, Victims | None] | None)
+_encoder = msgspec.json.Encoder()
+
+
+def _fields(body: bytes) -> dict[str, msgspec.Raw]:
+    """Top-level fields by lower-cased name: Go's decoder matches field names case-insensitively."""
+    if not body:
+        raise ProtocolError("request body is empty; expected a JSON object")
+    try:
+        raw = _top.decode(body)
+    except msgspec.DecodeError as exc:
+        raise ProtocolError(f"malformed JSON or not an object: {exc}") from exc
+    return {k.lower(): v for k, v in raw.items()}
+
+
+def _decode(decoder: msgspec.json.Decoder, raw: msgspec.Raw | None, name: str):  # type: ignore[no-untyped-def]
+    if raw is None:
+        return None
+    try:
+        return decoder.decode(raw)
+    except msgspec.ValidationError as exc:
+        raise ProtocolError(f"{name}: {exc}", field=name) from exc
+    except msgspec.DecodeError as exc:  # pragma: no cover - the top level already parsed it
+        raise ProtocolError(f"{name}: {exc}", field=name) from exc
+
+
+def _required_pod(fields: dict[str, msgspec.Raw]) -> Pod:
+    pod = _decode(_pod, fields.get("pod"), "Pod")
+    if pod is None:
+        raise ProtocolError("Pod is required", field="Pod")
+    if not pod.metadata.name:
+        raise ProtocolError("Pod.metadata.name is required", field="Pod.metadata.name")
+    return pod
+
+
+def decode_extender_args(body: bytes) -> ExtenderArgs:
+    fields = _fields(body)
+    pod = _required_pod(fields)
+    nodes = _decode(_node_list, fields.get("nodes"), "Nodes")
+    names = _decode(_names, fields.get("nodenames"), "NodeNames")
+    if nodes is None and names is None:
+        raise ProtocolError("one of Nodes (a NodeList) or NodeNames is required", field="Nodes")
+    heads: list[NodeHead] = []
+    if nodes is not None:
+        nodes.items = nodes.items or []
+        for i, item in enumerate(nodes.items):
+            head = _decode(_node_head, item, f"Nodes.items[{i}]")
+            if not head.metadata.name:
+                raise ProtocolError(
+                    "node without metadata.name", field=f"Nodes.items[{i}].metadata.name"
+                )
+            heads.append(head)
+    return ExtenderArgs(pod=pod, nodes=nodes, node_names=names, heads=heads)
+
+
+def decode_binding_args(body: bytes) -> ExtenderBindingArgs:
+    fields = _fields(body)
+    values: dict[str, str] = {}
+    for key, label in (
+        ("podname", "PodName"),
+        ("podnamespace", "PodNamespace"),
+        ("poduid", "PodUID"),
+        ("node", "Node"),
+    ):
+        values[key] = _decode(_string, fields.get(key), label) or ""
+    for key, label in (("podname", "PodName"), ("node", "Node")):
+        if not values[key]:
+            raise ProtocolError(f"{label} is required", field=label)
+    return ExtenderBindingArgs(
+        pod_name=values["podname"],
+        pod_namespace=values["podnamespace"] or "default",
+        pod_uid=values["poduid"],
+        node=values["node"],
+    )
+
+
+def decode_preemption_args(body: bytes) -> ExtenderPreemptionArgs:
+    fields = _fields(body)
+    pod = _required_pod(fields)
+    victims: dict[str, tuple[list[str], int]] = {}
+    meta = _decode(_meta_victims, fields.get("nodenametometavictims"), "NodeNameToMetaVictims")
+    full = _decode(_victims, fields.get("nodenametovictims"), "NodeNameToVictims")
+    for node, mv in (meta or {}).items():
+        if mv is not None:
+            victims[node] = ([p.UID for p in mv.Pods or ()], mv.NumPDBViolations)
+    for node, v in (full or {}).items():
+        if v is not None and node not in victims:
+            victims[node] = ([p.metadata.uid for p in v.Pods or ()], v.NumPDBViolations)
+    return ExtenderPreemptionArgs(pod=pod, victims=victims)
+
+
+# --- replies --------------------------------------------------------------------------------
+
+
+def encode_filter_result(
+    args: ExtenderArgs,
+    kept: list[int] | list[str],
+    failed: dict[str, str],
+    unresolvable: dict[str, str],
+    error: str = "",
+) -> bytes:
+    """ExtenderFilterResult in the request's mode.
+
+    ``kept``: indexes into ``args.nodes.items`` in NodeList mode, names in NodeNames mode. The
+    kept node objects are the request's own bytes (Raw), so nothing is rebuilt.
+    """
+    nodes_out: dict[str, object] | None = None
+    names_out: list[str] | None = None
+    if args.nodes is not None:
+        items = args.nodes.items or []
+        nodes_out = {
+            "metadata": args.nodes.metadata,
+            "items": [items[i] for i in kept],  # type: ignore[index]
+        }
+        if args.nodes.kind:
+            nodes_out["kind"] = args.nodes.kind
+        if args.nodes.apiVersion:
+            nodes_out["apiVersion"] = args.nodes.apiVersion
+    else:
+        names_out = [str(n) for n in kept]
+    return _encoder.encode(
+        {
+            "Nodes": nodes_out,
+            "NodeNames": names_out,
+            "FailedNodes": failed,
+            "FailedAndUnresolvableNodes": unresolvable,
+            "Error": error,
+        }
+    )
+
+
+def encode_host_priorities(scores: list[tuple[str, int]]) -> bytes:
+    return _encoder.encode([{"Host": host, "Score": score} for host, score in scores])
+
+
+def encode_binding_result(error: str = "") -> bytes:
+    return _encoder.encode({"Error": error})
+
+
+def encode_preemption_result(victims: dict[str, tuple[list[str], int]]) -> bytes:
+    """kube-scheduler always reads NodeNameToMetaVictims back, whichever map it sent."""
+    return _encoder.encode(
+        {
+            "NodeNameToMetaVictims": {
+                node: {"Pods": [{"UID": uid} for uid in uids], "NumPDBViolations": pdb}
+                for node, (uids, pdb) in victims.items()
+            }
+        }
+    )
