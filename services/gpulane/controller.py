@@ -66,6 +66,7 @@ class LaneController:
         self._snapshot: NvmlSnapshot | None = None
         self._snapshot_at = float("-inf")
         self._range: PriorityRange | None = None
+        self._probe_thread: threading.Thread | None = None
         self._mig_ids: dict[tuple[int, str], int] = {}
         self._mig_looked_up: set[int] = set()
         self._last_plan = intent_pb2.GpuPlan()
@@ -85,13 +86,25 @@ class LaneController:
         return resolve_lanes(self.options.lanes, self.snapshot())
 
     def priority_range(self) -> PriorityRange:
-        """Queried once from the first present GPU; the flagged assumption without one."""
-        if self._range is None:
-            present = self.snapshot().present_indexes
-            if not present or self._probe is None:
-                return ASSUMED_RANGE  # not cached: a GPU may appear later
-            self._range = self._probe(present[0])
-        return self._range
+        """Queried once from the first present GPU, in the background (the probe imports a GPU
+        runtime, seconds); until it answers, and without a GPU, the flagged assumption."""
+        if self._range is not None:
+            return self._range
+        present = self.snapshot().present_indexes
+        if present and self._probe is not None and self._probe_thread is None:
+            probe, gpu = self._probe, present[0]
+
+            def run() -> None:
+                self._range = probe(gpu)
+                log.info("stream priority range", extra={"range": self._range.describe()})
+
+            self._probe_thread = threading.Thread(target=run, name="priority-probe", daemon=True)
+            self._probe_thread.start()
+        return ASSUMED_RANGE
+
+    def wait_for_probe(self, timeout_s: float = 5.0) -> None:
+        if self._probe_thread is not None:
+            self._probe_thread.join(timeout_s)
 
     def _resolve_mig_ids(self, placements: tuple[LanePlacement, ...]) -> None:
         """Read profile ids from ``nvidia-smi mig -lgip`` once per GPU that gets a suggestion."""

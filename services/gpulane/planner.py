@@ -10,6 +10,7 @@ its default: full device, default stream priority, default concurrency, no slice
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -49,9 +50,9 @@ def validate_plan(plan: intent_pb2.GpuPlan) -> None:
         if a.intent_id in seen:
             raise InvalidArgument(f"intent {a.intent_id} appears twice", field=f"{where}.intent_id")
         seen.add(a.intent_id)
-        if not 0.0 <= a.share_percent <= 100.0:
+        if not math.isfinite(a.share_percent) or a.share_percent < 0:
             raise InvalidArgument(
-                f"must be in [0, 100], got {a.share_percent}", field=f"{where}.share_percent"
+                f"must be a percentage >= 0, got {a.share_percent}", field=f"{where}.share_percent"
             )
         if a.stream_priority not in (-1, 0, 1):
             raise InvalidArgument(
@@ -126,16 +127,19 @@ def place(
                 )
             )
             continue
+        share = min(100.0, a.share_percent)  # per GPU: MPS limits each device to 100 %
+        if a.share_percent > 100.0:
+            reason = _join(reason, f"share {a.share_percent:g}% capped at 100% per GPU")
         names = {device_names.get(i, "") for i in (present or reference)}
         profiles = mig.profiles_for(names.pop()) if len(names) == 1 else ()
-        suggestion = mig.suggest_profile(a.share_percent, a.memory_limit_bytes, profiles)
+        suggestion = mig.suggest_profile(share, a.memory_limit_bytes, profiles)
         placements.append(
             LanePlacement(
                 intent_id=a.intent_id,
                 intent_name=a.intent_name,
                 lane=view.name,
                 gpu_indexes=present,
-                share_percent=a.share_percent,
+                share_percent=share,
                 logical_priority=a.stream_priority,
                 cuda_stream_priority=map_priority(a.stream_priority, priority_range),
                 concurrency=a.concurrency,

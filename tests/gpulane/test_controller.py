@@ -181,3 +181,15 @@ def test_preview_defaults_to_last_plan(tmp_path: Path) -> None:
     reply = c.preview(None)
     assert {d.intent_id for d in reply.decisions} == {"chat", "train", "arm", "estop"}
     assert reply.commands and reply.notes
+
+
+def test_priority_range_is_probed_in_the_background(tmp_path: Path) -> None:
+    c = controller(tmp_path, h200_node())
+    first = c.priority_range()
+    assert first.assumed  # the probe has not answered yet: the flagged assumption
+    c.wait_for_probe()
+    assert c.priority_range().source == "queried: GPU 0"
+    no_gpu = controller(tmp_path, FakeNvml(driver_missing=True))
+    assert no_gpu.priority_range().assumed
+    no_gpu.wait_for_probe()
+    assert no_gpu.priority_range().assumed

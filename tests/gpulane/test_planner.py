@@ -108,7 +108,7 @@ def test_unknown_lane_requested_gpu_outside_lane_and_zero_share() -> None:
 @pytest.mark.parametrize(
     ("change", "field"),
     [
-        ({"share_percent": 120.0}, "share_percent"),
+        ({"share_percent": float("nan")}, "share_percent"),
         ({"share_percent": -1.0}, "share_percent"),
         ({"stream_priority": 3}, "stream_priority"),
         ({"intent_id": ""}, "intent_id"),
@@ -129,3 +129,12 @@ def test_duplicate_intent_rejected() -> None:
     plan.assignments.append(plan.assignments[0])
     with pytest.raises(InvalidArgument, match="appears twice"):
         place(plan, lanes, RANGE, names)
+
+
+def test_share_above_one_gpu_is_capped_per_gpu() -> None:
+    lanes, names = _node()
+    plan = demo_plan()
+    plan.assignments[1].share_percent = 180.0
+    train = {p.intent_id: p for p in place(plan, lanes, RANGE, names)}["train"]
+    assert train.share_percent == 100.0 and train.mig_profile == ""
+    assert "capped at 100% per GPU" in train.reason

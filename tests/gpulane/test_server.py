@@ -62,7 +62,7 @@ def test_apply_preview_telemetry_over_grpc(server: RunningServer, home: Path) ->
         assert busy.value.code() == grpc.StatusCode.FAILED_PRECONDITION
         assert "GPU 7" in busy.value.details()
         bad = demo_plan()
-        bad.assignments[0].share_percent = 150
+        bad.assignments[0].share_percent = -5
         with pytest.raises(grpc.RpcError) as invalid:
             stub.ApplyGpuPlan(gpulane_pb2.ApplyGpuPlanRequest(plan=bad), timeout=5)
         assert invalid.value.code() == grpc.StatusCode.INVALID_ARGUMENT
