@@ -277,11 +277,13 @@ class WorkerPool:
                 slot.worker.proc.wait(wait_s)
 
 
-def calibrate_reps(matrix_n: int, target_ms: float) -> tuple[int, float]:
-    """Reps of the n x n kernel costing target_ms of CPU on one core, measured in a worker."""
+def measure_rep_ms(sizes: tuple[int, ...]) -> dict[int, float]:
+    """CPU milliseconds of one n x n product per size, measured in a one-BLAS-thread worker."""
     worker = WorkerProcess()
     try:
-        answer = worker.call({"op": "calibrate", "n": matrix_n, "target_ms": target_ms})
+        return {
+            n: float(worker.call({"op": "calibrate", "n": n, "target_ms": 1.0})["rep_ms"])
+            for n in sizes
+        }
     finally:
         worker.close()
-    return int(answer["reps"]), float(answer["rep_ms"])

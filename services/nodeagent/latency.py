@@ -1,0 +1,85 @@
+"""Per-intent observed latency from the pools: what telemetry reports and the predictor learns from.
+
+Completions arrive from pool feeder threads; the book keeps a bounded window for percentiles,
+running counts and misses, a throughput estimate, and the service-time samples not yet
+reported (drained by each telemetry read, so every sample reaches the allocator once).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections import deque
+from collections.abc import Sequence
+
+from parfusion.v1 import telemetry_pb2
+from services.nodeagent.pools import Completion
+
+WINDOW = 2048  # completions kept for percentiles
+RECENT_LIMIT = 512  # service samples per report (bounded message size)
+RATE_WINDOW_S = 5.0
+
+
+def percentile(sorted_values: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile of an ascending sequence (0 for an empty one)."""
+    if not sorted_values:
+        return 0.0
+    rank = max(1, math.ceil(q / 100.0 * len(sorted_values)))
+    return float(sorted_values[min(rank, len(sorted_values)) - 1])
+
+
+class LatencyBook:
+    def __init__(self, intent_id: str, deadline_ms: float = 0.0) -> None:
+        self.intent_id = intent_id
+        self.deadline_ms = deadline_ms
+        self._lock = threading.Lock()
+        self._latency: deque[float] = deque(maxlen=WINDOW)
+        self._service: deque[float] = deque(maxlen=WINDOW)
+        self._recent: deque[float] = deque(maxlen=RECENT_LIMIT)
+        self._ends: deque[float] = deque()
+        self.count = 0
+        self.misses = 0
+        self._since_report = 0
+
+    def record(self, done: Completion) -> None:
+        with self._lock:
+            latency = done.latency_ms
+            self._latency.append(latency)
+            self._service.append(done.service_ms)
+            self._recent.append(done.service_ms)
+            self._ends.append(done.end)
+            self.count += 1
+            self._since_report += 1
+            if self.deadline_ms > 0 and latency > self.deadline_ms:
+                self.misses += 1
+
+    def items_per_s(self, now: float | None = None) -> float:
+        now = time.monotonic() if now is None else now
+        with self._lock:
+            while self._ends and self._ends[0] < now - RATE_WINDOW_S:
+                self._ends.popleft()
+            return len(self._ends) / RATE_WINDOW_S
+
+    def summary(self, drain: bool = True) -> telemetry_pb2.LatencySummary:
+        with self._lock:
+            lat = sorted(self._latency)
+            svc = sorted(self._service)
+            recent = list(self._recent)
+            window = self._since_report
+            if drain:
+                self._recent.clear()
+                self._since_report = 0
+        return telemetry_pb2.LatencySummary(
+            intent_id=self.intent_id,
+            count=self.count,
+            p50_ms=percentile(lat, 50),
+            p95_ms=percentile(lat, 95),
+            p99_ms=percentile(lat, 99),
+            mean_ms=sum(lat) / len(lat) if lat else 0.0,
+            deadline_misses=self.misses,
+            service_mean_ms=sum(svc) / len(svc) if svc else 0.0,
+            service_p99_ms=percentile(svc, 99),
+            window_count=window,
+            recent_service_ms=recent,
+        )

@@ -1,0 +1,522 @@
+"""The real backend: NodePlans become PARFusion-owned worker pools on the arena cores.
+
+Each allocation maps to one pool (ONLINE/ROBOT/URGENT: requests from an open-loop Poisson
+generator at the intent's rate; BATCH: Amdahl GEMM jobs). Apply validates the whole plan
+before touching anything, caps the synthetic load (nodeagent.max_workers,
+max_load_fraction), resizes pools, enforces CPU set / nice / scheduling policy on the
+workers, and records (dry-run) or writes (delegated) the cgroup v2 plan. Urgent requests
+hold batch items back at the item boundary while they run.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from parfusion.v1 import intent_pb2, nodeagent_pb2, telemetry_pb2
+from services.common.config import ConfigError
+from services.common.errors import DomainError, FailedPrecondition, InvalidArgument
+from services.nodeagent import cgroupfs, osctl, procfs
+from services.nodeagent.backend import BackendOptions
+from services.nodeagent.latency import LatencyBook
+from services.nodeagent.pools import Completion, OsKnobs, WorkerPool, measure_rep_ms
+from services.nodeagent.sources import AmdahlJobSource, RequestSource, Task
+
+log = logging.getLogger(__name__)
+
+CLASS_NAMES = {
+    intent_pb2.WORKLOAD_CLASS_ONLINE: "ONLINE",
+    intent_pb2.WORKLOAD_CLASS_BATCH: "BATCH",
+    intent_pb2.WORKLOAD_CLASS_ROBOT: "ROBOT",
+    intent_pb2.WORKLOAD_CLASS_URGENT: "URGENT",
+}
+CAP_ORDER = ("URGENT", "ROBOT", "ONLINE", "BATCH")  # who keeps workers when the cap bites
+ONLINE_N = 96  # online/urgent request kernel: reps of a 96 x 96 product
+BATCH_N = 160  # batch item kernel
+BATCH_ITEM_MS = 8.0  # default batch item; items stay <= 10 ms so urgent work waits little
+BATCH_ITEM_MAX_MS = 10.0
+DEGRADE_FACTOR = {
+    intent_pb2.DEGRADATION_LEVEL_FP16: 0.6,
+    intent_pb2.DEGRADATION_LEVEL_INT8: 0.4,
+}
+MIN_BATCH_DUTY = 0.05
+ARRIVAL_HORIZON_S = 0.2
+
+
+@dataclass(frozen=True)
+class PoolSpec:
+    """One allocation, validated and capped: what the pool for this intent must look like."""
+
+    intent_id: str
+    workload_class: str
+    workers: int
+    knobs: OsKnobs
+    service_ms: float
+    parallel_fraction: float
+    rate_per_s: float
+    deadline_ms: float
+    group: cgroupfs.GroupPlan
+    note: str = ""
+
+    @property
+    def kind(self) -> str:
+        return "batch" if self.workload_class == "BATCH" else "online"
+
+
+class IntentRuntime:
+    """A running pool, its work source and its latency book."""
+
+    def __init__(self, spec: PoolSpec, matrix_n: int, reps: int, backend: RealBackend) -> None:
+        self.intent_id = spec.intent_id
+        self.workload_class = spec.workload_class
+        self.book = LatencyBook(spec.intent_id, spec.deadline_ms)
+        self.source: RequestSource | AmdahlJobSource
+        if spec.kind == "batch":
+            self.source = AmdahlJobSource(spec.parallel_fraction)
+        else:
+            self.source = RequestSource()
+        urgent = spec.workload_class == "URGENT"
+        self.pool = WorkerPool(
+            spec.intent_id,
+            spec.kind,
+            self.source,
+            matrix_n=matrix_n,
+            reps=reps,
+            on_complete=self._complete,
+            on_start=backend.preempt_batch if urgent else None,
+            on_finish=backend.release_batch if urgent else None,
+        )
+        self.rate_per_s = 0.0
+        self.service_ms = spec.service_ms
+        self.next_arrival = time.monotonic()
+        self.spec = spec
+        self.listeners: list[Callable[[Completion], None]] = []
+
+    def _complete(self, done: Completion) -> None:
+        self.book.record(done)
+        for listener in self.listeners:
+            listener(done)
+
+    def stop(self) -> None:
+        self.source.close()
+        self.pool.stop()
+
+
+class RealBackend:
+    name = "real"
+
+    def __init__(
+        self,
+        options: BackendOptions,
+        *,
+        arena: tuple[int, ...] | None = None,
+        generate_arrivals: bool = True,
+        pace_batch: bool = True,
+        urgent_preempts_batch: bool = True,
+        seed: int | None = None,
+    ) -> None:
+        self.options = options
+        self.arena = arena or procfs.most_idle_cores(options.arena_cores, options.idle_sample_s)
+        self.machine_cpus = osctl.online_cpus()
+        self._sampler = procfs.NodeSampler()
+        self._rep_ms = measure_rep_ms((ONLINE_N, BATCH_N))
+        self._generate = generate_arrivals
+        self._pace_batch = pace_batch
+        self._urgent_preempts = urgent_preempts_batch
+        self._rng = random.Random(seed)
+        self._lock = threading.RLock()
+        self._intents: dict[str, IntentRuntime] = {}
+        self._stopping: list[IntentRuntime] = []
+        self._preempted: dict[int, list[AmdahlJobSource]] = {}
+        self._generation = 0
+        self._stress: WorkerPool | None = None
+        self._disturbance: telemetry_pb2.Disturbance | None = None
+        self._disturbance_until = 0.0
+        self._writer: cgroupfs.DelegatedWriter | None = None
+        if options.cgroup_mode == "delegated":
+            if not options.cgroup_delegated_path:
+                raise ConfigError(
+                    "nodeagent.cgroup_delegated_path: required when cgroup_mode is delegated"
+                )
+            try:
+                self._writer = cgroupfs.DelegatedWriter(Path(options.cgroup_delegated_path))
+            except DomainError as exc:
+                raise ConfigError(f"nodeagent.cgroup_delegated_path: {exc}") from exc
+        self.detection = cgroupfs.detect(
+            options.cgroup_delegated_path if self._writer else "",
+            mount_override=options.cgroup_root,
+        )
+        self._plan_path = options.run_dir / "nodeagent" / "cgroup-plan.json"
+        self._running = threading.Event()
+        self._running.set()
+        self._arrivals = threading.Thread(target=self._arrival_loop, name="arrivals", daemon=True)
+        if generate_arrivals:
+            self._arrivals.start()
+        log.info(
+            "real backend ready",
+            extra={"arena": ",".join(map(str, self.arena)), "cgroup": self.detection.reason},
+        )
+
+    # -- plan ---------------------------------------------------------------------------------
+    def _validate(self, index: int, a: intent_pb2.Allocation) -> PoolSpec:
+        where = f"allocations[{index}]"
+        if not a.intent_id:
+            raise InvalidArgument("required", field=f"{where}.intent_id")
+        cls = CLASS_NAMES.get(a.workload_class)
+        if cls is None:
+            raise InvalidArgument(
+                "must be ONLINE, BATCH, ROBOT or URGENT", field=f"{where}.workload_class"
+            )
+        if not osctl.NICE_MIN <= a.nice <= osctl.NICE_MAX:
+            raise InvalidArgument(f"{a.nice} outside -20..19", field=f"{where}.nice")
+        policy = a.sched_policy or "other"
+        if policy not in osctl.SCHED_POLICIES:
+            raise InvalidArgument(
+                f"{policy!r} is not other, batch or idle", field=f"{where}.sched_policy"
+            )
+        unknown = sorted(set(a.cpu_set) - set(self.machine_cpus))
+        if unknown:
+            raise InvalidArgument(
+                f"cpus {unknown} do not exist on this node", field=f"{where}.cpu_set"
+            )
+        for name in ("base_service_ms", "arrival_rate_per_s", "deadline_ms"):
+            if getattr(a, name) < 0 or not math.isfinite(getattr(a, name)):
+                raise InvalidArgument("must be a finite number >= 0", field=f"{where}.{name}")
+        if not 0.0 <= a.parallel_fraction <= 1.0:
+            raise InvalidArgument("must be in [0, 1]", field=f"{where}.parallel_fraction")
+        note = []
+        cpus = tuple(sorted(set(a.cpu_set) & set(self.arena)))
+        if a.cpu_set and len(cpus) < len(set(a.cpu_set)):
+            note.append("cpu set clipped to the arena")
+        cpus = cpus or self.arena
+        factor = DEGRADE_FACTOR.get(a.degradation, 1.0)
+        if cls == "BATCH":
+            service = min(a.base_service_ms or BATCH_ITEM_MS, BATCH_ITEM_MAX_MS)
+        else:
+            service = (a.base_service_ms or self.options.default_service_ms) * factor
+        cg = a.cgroup
+        group = cgroupfs.plan_group(
+            a.intent_id,
+            cls,
+            path=cg.path,
+            cpu_weight=cg.cpu_weight,
+            cpu_max=cg.cpu_max,
+            cpuset_cpus=cg.cpuset_cpus or ",".join(map(str, cpus)),
+        )
+        return PoolSpec(
+            intent_id=a.intent_id,
+            workload_class=cls,
+            workers=a.workers,
+            knobs=OsKnobs(cpu_set=cpus, nice=a.nice, sched_policy=policy),
+            service_ms=service,
+            parallel_fraction=a.parallel_fraction or 0.9,
+            rate_per_s=a.arrival_rate_per_s,
+            deadline_ms=a.deadline_ms,
+            group=group,
+            note="; ".join(note),
+        )
+
+    def _capped(self, specs: list[PoolSpec]) -> list[PoolSpec]:
+        """Worker cap across pools, deadline classes first; online rate within the load cap."""
+        left = self.options.max_workers
+        out: dict[str, PoolSpec] = {}
+        for cls in CAP_ORDER:
+            for spec in (s for s in specs if s.workload_class == cls):
+                workers = min(spec.workers, left)
+                left -= workers
+                note = spec.note
+                if workers < spec.workers:
+                    note = "; ".join(
+                        filter(
+                            None, [note, f"capped to {workers} workers by nodeagent.max_workers"]
+                        )
+                    )
+                out[spec.intent_id] = replace(spec, workers=workers, note=note)
+        capped = [out[s.intent_id] for s in specs]
+        cap_cores = len(self.arena) * self.options.max_load_fraction
+        online_load = sum(
+            s.rate_per_s * s.service_ms / 1000.0 for s in capped if s.kind == "online"
+        )
+        if self._generate and online_load > cap_cores > 0:
+            scale = cap_cores / online_load
+            capped = [
+                replace(
+                    s,
+                    rate_per_s=s.rate_per_s * scale,
+                    note="; ".join(
+                        filter(
+                            None,
+                            [
+                                s.note,
+                                f"arrival rate scaled x{scale:.2f} by nodeagent.max_load_fraction",
+                            ],
+                        )
+                    ),
+                )
+                if s.kind == "online"
+                else s
+                for s in capped
+            ]
+        return capped
+
+    def apply(self, plan: intent_pb2.NodePlan) -> list[nodeagent_pb2.AppliedAllocation]:
+        specs = [self._validate(i, a) for i, a in enumerate(plan.allocations)]
+        ids = [s.intent_id for s in specs]
+        if len(set(ids)) != len(ids):
+            raise InvalidArgument("an intent appears twice", field="plan.allocations")
+        specs = self._capped(specs)
+        with self._lock:
+            for gone in set(self._intents) - set(ids):
+                runtime = self._intents.pop(gone)
+                self._stopping.append(runtime)
+                threading.Thread(target=self._retire, args=(runtime,), daemon=True).start()
+            for spec in specs:
+                runtime = self._intents.get(spec.intent_id)
+                n = BATCH_N if spec.kind == "batch" else ONLINE_N
+                reps = max(1, round(spec.service_ms / self._rep_ms[n]))
+                if runtime is None or runtime.spec.kind != spec.kind:
+                    runtime = IntentRuntime(spec, n, reps, self)
+                    self._intents[spec.intent_id] = runtime
+                runtime.pool.reps = reps
+                runtime.book.deadline_ms = spec.deadline_ms
+                runtime.service_ms = spec.service_ms
+                if runtime.rate_per_s == 0 and spec.rate_per_s > 0:
+                    runtime.next_arrival = time.monotonic()
+                runtime.rate_per_s = spec.rate_per_s
+                runtime.spec = spec
+                runtime.pool.set_knobs(spec.knobs)
+                runtime.pool.resize(spec.workers)
+            self._pace(specs)
+            self._generation = plan.generation or self._generation + 1
+            self._cgroups(specs)
+            return [
+                nodeagent_pb2.AppliedAllocation(
+                    intent_id=s.intent_id,
+                    workers=self._intents[s.intent_id].pool.size,
+                    cpu_set=list(s.knobs.cpu_set),
+                    nice=s.knobs.nice,
+                    cgroup_mode=self._cgroup_mode(),
+                    note="; ".join(
+                        filter(
+                            None, [s.note, self._intents[s.intent_id].pool.last_enforcement_error]
+                        )
+                    ),
+                )
+                for s in specs
+            ]
+
+    def _pace(self, specs: list[PoolSpec]) -> None:
+        """Batch duty so online + batch stay within max_load_fraction of the arena."""
+        if not self._pace_batch:
+            return
+        cap_cores = len(self.arena) * self.options.max_load_fraction
+        online_load = sum(s.rate_per_s * s.service_ms / 1000.0 for s in specs if s.kind == "online")
+        batch_workers = sum(s.workers for s in specs if s.kind == "batch")
+        duty = 1.0 if batch_workers == 0 else (cap_cores - online_load) / batch_workers
+        for s in specs:
+            if s.kind == "batch":
+                self._intents[s.intent_id].pool.duty = max(MIN_BATCH_DUTY, min(1.0, duty))
+
+    def _cgroup_mode(self) -> str:
+        if self._writer is not None:
+            return "delegated"
+        return "dry-run" if self.detection.unified else "unavailable"
+
+    def _cgroups(self, specs: list[PoolSpec]) -> None:
+        groups = [
+            replace(s.group, pids=tuple(self._intents[s.intent_id].pool.pids())) for s in specs
+        ]
+        rec = cgroupfs.CgroupRecord(
+            generation=self._generation,
+            mode=self._cgroup_mode(),
+            detection=self.detection,
+            groups=groups,
+        )
+        if self._writer is not None:
+            owned = self.owned_pids()
+            for g in groups:
+                try:
+                    rec.written.extend(self._writer.apply(g, owned))
+                except (DomainError, OSError) as exc:
+                    rec.errors.append(f"{g.path}: {exc}")
+        cgroupfs.record(rec, self._plan_path)
+
+    def cgroup_plan_path(self) -> str:
+        return str(self._plan_path)
+
+    # -- urgent preempts batch ----------------------------------------------------------------
+    def preempt_batch(self, task: Task) -> None:
+        if not self._urgent_preempts:
+            return
+        with self._lock:
+            held = [
+                r.source for r in self._intents.values() if isinstance(r.source, AmdahlJobSource)
+            ]
+            self._preempted[id(task)] = held
+        for source in held:
+            source.pause()
+
+    def release_batch(self, task: Task) -> None:
+        with self._lock:
+            held = self._preempted.pop(id(task), [])
+        for source in held:
+            source.resume()
+
+    # -- arrivals -----------------------------------------------------------------------------
+    def _arrival_loop(self) -> None:
+        while self._running.is_set():
+            horizon = time.monotonic() + ARRIVAL_HORIZON_S
+            with self._lock:
+                runtimes = [
+                    r
+                    for r in self._intents.values()
+                    if isinstance(r.source, RequestSource) and r.rate_per_s > 0
+                ]
+            for r in runtimes:
+                due: list[float] = []
+                while r.next_arrival < horizon:
+                    r.next_arrival += self._rng.expovariate(r.rate_per_s)
+                    due.append(r.next_arrival)
+                assert isinstance(r.source, RequestSource)
+                r.source.schedule(due)
+            time.sleep(ARRIVAL_HORIZON_S / 2)
+
+    def source(self, intent_id: str) -> RequestSource | AmdahlJobSource:
+        """The work source of one intent's pool (the co-run benchmark schedules into it)."""
+        with self._lock:
+            return self._intents[intent_id].source
+
+    def book(self, intent_id: str) -> LatencyBook:
+        with self._lock:
+            return self._intents[intent_id].book
+
+    def on_complete(self, intent_id: str, listener: Callable[[Completion], None]) -> None:
+        """Also hand every completion of this intent to listener (raw samples for the benchmark)."""
+        with self._lock:
+            self._intents[intent_id].listeners.append(listener)
+
+    # -- telemetry ----------------------------------------------------------------------------
+    def telemetry(self) -> telemetry_pb2.NodeTelemetry:
+        sample = self._sampler.sample()
+        tel = telemetry_pb2.NodeTelemetry(
+            node=self.options.node_name,
+            backend=self.name,
+            cpu_percent_per_core=list(sample.cpu_percent_per_core),
+            load1=sample.load1,
+            memory_total_bytes=sample.memory_total_bytes,
+            memory_used_bytes=sample.memory_used_bytes,
+            arena_cpus=list(self.arena),
+            cpu_pressure=_pressure(sample.cpu_pressure),
+            memory_pressure=_pressure(sample.memory_pressure),
+            io_pressure=_pressure(sample.io_pressure),
+        )
+        tel.observed_at.GetCurrentTime()
+        now = time.monotonic()
+        with self._lock:
+            tel.plan_generation = self._generation
+            runtimes = list(self._intents.values())
+            if self._disturbance is not None and now < self._disturbance_until:
+                tel.active_disturbance.CopyFrom(self._disturbance)
+                tel.disturbance_remaining_s = self._disturbance_until - now
+        for r in runtimes:
+            tel.latencies.append(r.book.summary(drain=True))
+            knobs = r.pool.knobs
+            tel.pools.append(
+                telemetry_pb2.PoolStatus(
+                    intent_id=r.intent_id,
+                    kind=r.spec.kind,
+                    workers=r.pool.size,
+                    pids=r.pool.pids(),
+                    cpu_set=list(knobs.cpu_set or self.arena),
+                    nice=knobs.nice,
+                    queued=r.source.backlog(now),
+                    items_per_s=r.book.items_per_s(now),
+                    sched_policy=knobs.sched_policy,
+                )
+            )
+        return tel
+
+    # -- disturbance --------------------------------------------------------------------------
+    def inject_disturbance(self, disturbance: telemetry_pb2.Disturbance) -> tuple[bool, float]:
+        if not self.options.allow_real_stress:
+            raise FailedPrecondition(
+                "the real backend runs no synthetic stress unless nodeagent.allow_real_stress is true "
+                "(use the modeled backend for what-if disturbances)"
+            )
+        d = disturbance
+        for name in ("cpu_pressure", "gpu_pressure", "network_pressure"):
+            if not 0.0 <= getattr(d, name) <= 1.0:
+                raise InvalidArgument("must be in [0, 1]", field=f"disturbance.{name}")
+        if not 0.0 < d.duration_s <= 600.0:
+            raise InvalidArgument("must be in (0, 600]", field="disturbance.duration_s")
+        with self._lock:
+            used = sum(r.pool.size for r in self._intents.values())
+            workers = min(
+                math.ceil(d.cpu_pressure * len(self.arena)), max(0, self.options.max_workers - used)
+            )
+            if self._stress is not None:
+                self._stress.stop()
+            self._stress = WorkerPool(
+                "disturbance",
+                "batch",
+                AmdahlJobSource(1.0),
+                matrix_n=BATCH_N,
+                reps=max(1, round(BATCH_ITEM_MS / self._rep_ms[BATCH_N])),
+                on_complete=lambda c: None,
+            )
+            self._stress.set_knobs(OsKnobs(cpu_set=self.arena))
+            self._stress.resize(workers)
+            self._disturbance = telemetry_pb2.Disturbance()
+            self._disturbance.CopyFrom(d)
+            self._disturbance_until = time.monotonic() + d.duration_s
+            stress = self._stress
+        timer = threading.Timer(d.duration_s, self._end_stress, args=(stress,))
+        timer.daemon = True
+        timer.start()
+        return True, d.duration_s
+
+    def _end_stress(self, stress: WorkerPool) -> None:
+        stress.stop()
+        with self._lock:
+            if self._stress is stress:
+                self._stress = None
+
+    # -- ownership and lifecycle --------------------------------------------------------------
+    def owned_pids(self) -> set[int]:
+        with self._lock:
+            pools = [r.pool for r in [*self._intents.values(), *self._stopping]]
+            if self._stress is not None:
+                pools.append(self._stress)
+        return set().union(*(p.all_pids() for p in pools)) if pools else set()
+
+    def _retire(self, runtime: IntentRuntime) -> None:
+        runtime.stop()
+        with self._lock:
+            if runtime in self._stopping:
+                self._stopping.remove(runtime)
+
+    def stop(self) -> None:
+        self._running.clear()
+        with self._lock:
+            runtimes = [*self._intents.values(), *self._stopping]
+            self._intents, self._stopping = {}, []
+            stress, self._stress = self._stress, None
+        threads = [threading.Thread(target=r.stop) for r in runtimes]
+        if stress is not None:
+            threads.append(threading.Thread(target=stress.stop))
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(5.0)
+
+
+def _pressure(p: procfs.PressureReading) -> telemetry_pb2.Pressure:
+    return telemetry_pb2.Pressure(
+        some_avg10=p.some_avg10, full_avg10=p.full_avg10, available=p.available
+    )
