@@ -150,7 +150,7 @@ class RobotBridge:
         self.ticks = 0
         self._seq = 0
         self._resume_started_at: float | None = None
-        self._stop_reason = ""
+        self.preemption_reason = ""
         self.allocator_status: dict[str, Any] = {
             "address": allocator.address if allocator else "",
             "mode": "grpc" if allocator else "disabled",
@@ -279,7 +279,7 @@ class RobotBridge:
                 event.mission_stopped_at = now
                 self.metrics.time_to_safe_point.observe(max(0.0, now - event.arrived_at))
         mission.preemptions += 1
-        self._stop_reason = reason
+        self.preemption_reason = reason
         log.info(
             "mission preempted",
             extra={"mission": mission.id, "step": mission.step, "reason": reason},
@@ -494,7 +494,7 @@ class RobotBridge:
                     "recent": [self._urgent_view(e) for e in self.finished],
                     "handled_locally": bool(self.active and self.active.allocator != "granted"),
                 },
-                "preemption": {"reason": self._stop_reason},
+                "preemption": {"reason": self.preemption_reason},
                 "allocator": dict(self.allocator_status),
                 "ticks": self.ticks,
                 "tick_ms": self.tick_s * 1000.0,
