@@ -1,0 +1,3 @@
+from services.dashboard.app import main
+
+main()

@@ -1,0 +1,168 @@
+"""The dashboard's poll: every refresh it asks each service once, concurrently, and keeps the answers.
+
+Panels render from the latest :class:`Snapshot` in memory, so a panel request never waits on a
+service; a service that is down costs one short timeout per poll in a worker thread and its panel
+says so while the rest keep updating. Each poll also becomes an Observation for the timeline
+(latency samples and the events marked on the chart).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from parfusion.v1 import intent_pb2
+from services.dashboard import metrics
+from services.dashboard.clients import Reading, ServiceClients
+from services.dashboard.timeline import Observation, OnlinePoint, Timeline
+
+log = logging.getLogger(__name__)
+
+SERVICES = ("allocator", "nodeagent", "gpulane", "bridge", "extender")
+
+
+def enum_name(enum: Any, value: int) -> str:
+    """WORKLOAD_CLASS_ONLINE -> ONLINE (the prefix is the enum's own name in upper snake case)."""
+    full = enum.Name(value)
+    prefix = "".join("_" + c if c.isupper() else c for c in enum.DESCRIPTOR.name).lstrip("_")
+    return full.removeprefix(prefix.upper() + "_")
+
+
+@dataclass
+class Snapshot:
+    taken_at: float = 0.0
+    readings: dict[str, Reading[Any]] = field(default_factory=dict)
+    intents: Reading[Any] | None = None
+    policies: Reading[Any] | None = None
+
+    def reading(self, service: str) -> Reading[Any] | None:
+        return self.readings.get(service)
+
+    def up(self, service: str) -> bool | None:
+        reading = self.readings.get(service)
+        return None if reading is None else reading.ok
+
+
+class Observer:
+    def __init__(self, clients: ServiceClients, timeline: Timeline, *, refresh_s: float) -> None:
+        self.clients = clients
+        self.timeline = timeline
+        self.refresh_s = refresh_s
+        self.snapshot = Snapshot()
+        self._wake = asyncio.Event()
+
+    async def poll(self) -> Snapshot:
+        started = time.perf_counter()
+        plan, intents, policies, node, gpu, bridge, extender = await asyncio.gather(
+            self.clients.get_plan(),
+            self.clients.list_intents(),
+            self.clients.list_policies(),
+            self.clients.node_telemetry(),
+            self.clients.gpu_telemetry(),
+            self.clients.bridge_state(),
+            self.clients.extender_health(),
+        )
+        snapshot = Snapshot(
+            taken_at=time.time(),
+            readings={
+                "allocator": plan,
+                "nodeagent": node,
+                "gpulane": gpu,
+                "bridge": bridge,
+                "extender": extender,
+            },
+            intents=intents,
+            policies=policies,
+        )
+        self.snapshot = snapshot
+        self.timeline.update(snapshot.taken_at, observe(snapshot))
+        metrics.POLL_SECONDS.observe(time.perf_counter() - started)
+        for service in SERVICES:
+            metrics.SERVICE_UP.labels(service=service).set(1 if snapshot.up(service) else 0)
+        return snapshot
+
+    def nudge(self) -> None:
+        """Poll again now (after a button press) instead of at the next refresh."""
+        self._wake.set()
+
+    async def run(self) -> None:
+        while True:
+            try:
+                await self.poll()
+            except Exception:
+                log.exception("dashboard poll failed")
+            self._wake.clear()
+            try:
+                await asyncio.wait_for(self._wake.wait(), timeout=self.refresh_s)
+            except TimeoutError:
+                pass
+
+
+def observe(snapshot: Snapshot) -> Observation:
+    """The plain facts of one poll the timeline tracks."""
+    plan_reading = snapshot.reading("allocator")
+    node_reading = snapshot.reading("nodeagent")
+    bridge_reading = snapshot.reading("bridge")
+    plan = plan_reading.value if plan_reading and plan_reading.ok else None
+    node = node_reading.value.telemetry if node_reading and node_reading.ok else None
+    intents = (
+        list(snapshot.intents.value.intents)
+        if snapshot.intents and snapshot.intents.ok and snapshot.intents.value
+        else []
+    )
+    latencies = {lat.intent_id: lat for lat in node.latencies} if node is not None else {}
+    allocations = {a.intent_id: a for a in plan.node_plan.allocations} if plan is not None else {}
+
+    online: list[OnlinePoint] = []
+    for intent in intents:
+        if intent.workload_class != intent_pb2.WORKLOAD_CLASS_ONLINE:
+            continue
+        alloc = allocations.get(intent.id)
+        lat = latencies.get(intent.id)
+        predicted = alloc.predicted_p99_ms if alloc is not None else 0.0
+        observed = lat is not None and lat.count > 0
+        if not observed and alloc is None:
+            continue
+        online.append(
+            OnlinePoint(
+                name=intent.name,
+                p99_ms=lat.p99_ms if observed and lat is not None else predicted,
+                predicted_p99_ms=predicted,
+                deadline_ms=intent.slo.deadline_ms,
+                completed=int(lat.count) if lat is not None else 0,
+                misses=int(lat.deadline_misses) if lat is not None else 0,
+                degradation=enum_name(intent_pb2.DegradationLevel, alloc.degradation)
+                if alloc is not None and alloc.degradation
+                else "NORMAL",
+                observed=observed,
+            )
+        )
+    disturbance = None
+    if node is not None and node.disturbance_remaining_s > 0:
+        d = node.active_disturbance
+        disturbance = (d.cpu_pressure, d.gpu_pressure, d.network_pressure)
+    robot_state = None
+    transitions: list[tuple[float, str, str]] = []
+    if bridge_reading and bridge_reading.ok and isinstance(bridge_reading.value, dict):
+        state = bridge_reading.value.get("state")
+        robot_state = str(state) if state else None
+        for tr in bridge_reading.value.get("transitions") or []:
+            if isinstance(tr, dict) and isinstance(tr.get("at"), (int, float)):
+                transitions.append((float(tr["at"]), str(tr.get("from")), str(tr.get("to"))))
+    return Observation(
+        policy=(plan.policy or plan.node_plan.policy) if plan is not None else None,
+        online=tuple(online),
+        contention=plan.node_plan.contention if plan is not None else None,
+        disturbance=disturbance,
+        robot_state=robot_state,
+        robot_transitions=tuple(transitions),
+        services_up={s: bool(snapshot.up(s)) for s in SERVICES if snapshot.up(s) is not None},
+        allocation_states={
+            a.intent_name or a.intent_id: enum_name(intent_pb2.AllocationState, a.state)
+            for a in allocations.values()
+            if a.state
+        },
+    )

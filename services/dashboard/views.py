@@ -1,0 +1,258 @@
+"""From the latest snapshot to what each panel shows: plain dicts for the Jinja2 template.
+
+One builder per panel; each returns ``{"error": "... unreachable at ..."}`` style context when its
+service did not answer, so the template can say so and the other panels render as usual.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from parfusion.v1 import intent_pb2
+from services.dashboard import chart
+from services.dashboard.observer import Snapshot, enum_name
+from services.dashboard.timeline import Timeline
+
+DEGRADATION_RANK = {"NORMAL": 0, "FP16": 1, "INT8": 2}
+
+
+def cpu_ranges(cpus: Iterable[int]) -> str:
+    """[0, 1, 2, 5] -> "0-2,5"."""
+    ids = sorted(set(cpus))
+    out: list[str] = []
+    i = 0
+    while i < len(ids):
+        j = i
+        while j + 1 < len(ids) and ids[j + 1] == ids[j] + 1:
+            j += 1
+        out.append(str(ids[i]) if i == j else f"{ids[i]}-{ids[j]}")
+        i = j + 1
+    return ",".join(out)
+
+
+def _intents(snapshot: Snapshot) -> dict[str, Any]:
+    reading = snapshot.intents
+    if reading is None or not reading.ok or reading.value is None:
+        return {}
+    return {i.id: i for i in reading.value.intents}
+
+
+def _value(snapshot: Snapshot, service: str) -> tuple[Any, str]:
+    reading = snapshot.reading(service)
+    if reading is None:
+        return None, f"waiting for the first answer from {service}"
+    if not reading.ok:
+        return None, reading.error
+    return reading.value, ""
+
+
+def allocation_rows(allocations: Iterable[Any], intents: dict[str, Any]) -> list[dict[str, Any]]:
+    rows = []
+    for a in allocations:
+        intent = intents.get(a.intent_id)
+        deadline = a.deadline_ms or (intent.slo.deadline_ms if intent is not None else 0.0)
+        rows.append(
+            {
+                "name": a.intent_name or (intent.name if intent is not None else a.intent_id),
+                "cls": enum_name(intent_pb2.WorkloadClass, a.workload_class)
+                if a.workload_class
+                else "",
+                "workers": a.workers,
+                "cpus": cpu_ranges(a.cpu_set),
+                "nice": a.nice,
+                "gpu_lane": a.gpu_lane,
+                "gpu_share": a.gpu_share_percent,
+                "stream_priority": a.stream_priority,
+                "degradation": enum_name(intent_pb2.DegradationLevel, a.degradation)
+                if a.degradation
+                else "NORMAL",
+                "p99": a.predicted_p99_ms,
+                "deadline": deadline,
+                "slack": a.slack_ms,
+                "risk": a.deadline_risk,
+                "nmu": a.nmu,
+                "state": enum_name(intent_pb2.AllocationState, a.state) if a.state else "",
+                "reason": a.reason,
+                "preempted": a.preempted_units,
+            }
+        )
+    order = {"URGENT": 0, "ROBOT": 1, "ONLINE": 2, "BATCH": 3}
+    rows.sort(key=lambda r: (order.get(r["cls"], 4), r["name"]))
+    return rows
+
+
+def cockpit(snapshot: Snapshot, timeline: Timeline, now: float) -> dict[str, Any]:
+    plan, error = _value(snapshot, "allocator")
+    samples, _, _ = timeline.window(now, 5.0)
+    online = list(samples[-1].online) if samples else []
+    miss = timeline.miss_ratio(now, 30.0)
+    degradation = "NORMAL"
+    for point in online:
+        if DEGRADATION_RANK.get(point.degradation, 0) > DEGRADATION_RANK[degradation]:
+            degradation = point.degradation
+    return {
+        "error": error,
+        "online": online,
+        "miss_pct": None if miss is None else miss * 100.0,
+        "contention": plan.node_plan.contention if plan is not None else None,
+        "policy": (plan.policy or plan.node_plan.policy) if plan is not None else None,
+        "degradation": degradation,
+        "node_stale": bool(plan.node_stale) if plan is not None else False,
+        "generation": plan.node_plan.generation if plan is not None else None,
+        "decision_ms": plan.node_plan.decision_ms if plan is not None else None,
+    }
+
+
+def allocator(snapshot: Snapshot) -> dict[str, Any]:
+    plan, error = _value(snapshot, "allocator")
+    if plan is None:
+        return {"error": error, "rows": []}
+    return {
+        "error": "",
+        "rows": allocation_rows(plan.node_plan.allocations, _intents(snapshot)),
+        "policy": plan.policy or plan.node_plan.policy,
+        "generation": plan.node_plan.generation,
+        "cpu_units": plan.node_plan.cpu_units,
+        "contention": plan.node_plan.contention,
+        "node_stale": plan.node_stale,
+    }
+
+
+def preview(response: Any, snapshot: Snapshot) -> dict[str, Any]:
+    intents = _intents(snapshot)
+    current = {r["name"]: r for r in allocation_rows(response.current.allocations, intents)}
+    rows = []
+    for row in allocation_rows(response.preview.allocations, intents):
+        rows.append({"preview": row, "current": current.get(row["name"])})
+    return {
+        "rows": rows,
+        "preview_contention": response.preview.contention,
+        "current_contention": response.current.contention,
+        "policy": response.preview.policy,
+    }
+
+
+def policies(snapshot: Snapshot) -> dict[str, Any]:
+    reading = snapshot.policies
+    if reading is None:
+        return {"error": "waiting for the allocator", "groups": [], "active": None}
+    if not reading.ok or reading.value is None:
+        return {"error": reading.error, "groups": [], "active": None}
+    groups: dict[str, list[Any]] = {"parfusion": [], "reference": [], "ablation": []}
+    for p in reading.value.policies:
+        groups.setdefault(p.kind or "other", []).append(p)
+    return {
+        "error": "",
+        "active": reading.value.active,
+        "groups": [(kind, items) for kind, items in groups.items() if items],
+        "names": {p.name for p in reading.value.policies},
+    }
+
+
+def intents(snapshot: Snapshot) -> dict[str, Any]:
+    reading = snapshot.intents
+    if reading is None or not reading.ok or reading.value is None:
+        return {"error": reading.error if reading else "waiting for the allocator", "rows": []}
+    rows = []
+    for i in reading.value.intents:
+        rows.append(
+            {
+                "name": i.name,
+                "cls": enum_name(intent_pb2.WorkloadClass, i.workload_class)
+                if i.workload_class
+                else "",
+                "priority": i.priority,
+                "deadline": i.slo.deadline_ms,
+                "parallelism": f"{i.parallelism.min or 1}-{i.parallelism.max or 'node'}",
+                "arrival": i.demand.arrival_rate_per_s,
+                "work": i.demand.work_units,
+                "gpu": f"{i.gpu.lane or 'any'} {i.gpu.share:.0%}" if i.gpu.share else "-",
+                "ladder": "/".join(enum_name(intent_pb2.DegradationLevel, d) for d in i.degradation)
+                or "NORMAL",
+                "flags": " ".join(
+                    f for f, on in (("preemptible", i.preemptible), ("elastic", i.elastic)) if on
+                ),
+            }
+        )
+    return {"error": "", "rows": rows}
+
+
+def gpu(snapshot: Snapshot) -> dict[str, Any]:
+    response, error = _value(snapshot, "gpulane")
+    plan_value, _ = _value(snapshot, "allocator")
+    assignments = list(plan_value.gpu_plan.assignments) if plan_value is not None else []
+    if response is None:
+        return {"error": error, "assignments": assignments}
+    tel = response.telemetry
+    return {
+        "error": "",
+        "backend": tel.backend,
+        "nvml_available": tel.nvml_available,
+        "nvml_error": tel.nvml_error,
+        "driver": tel.driver_version,
+        "devices": list(tel.devices),
+        "lanes": list(tel.lanes),
+        "gpu_pressure": tel.gpu_pressure,
+        "assignments": assignments,
+        "gpu_intent_enabled": plan_value.gpu_plan.gpu_intent_enabled if plan_value else None,
+    }
+
+
+def node(snapshot: Snapshot) -> dict[str, Any]:
+    response, error = _value(snapshot, "nodeagent")
+    if response is None:
+        return {"error": error}
+    tel = response.telemetry
+    return {
+        "error": "",
+        "backend": tel.backend,
+        "cores": list(tel.cpu_percent_per_core),
+        "arena": cpu_ranges(tel.arena_cpus),
+        "load1": tel.load1,
+        "memory_pct": 100.0 * tel.memory_used_bytes / tel.memory_total_bytes
+        if tel.memory_total_bytes
+        else None,
+        "psi": [
+            ("cpu", tel.cpu_pressure),
+            ("memory", tel.memory_pressure),
+            ("io", tel.io_pressure),
+        ],
+        "pools": list(tel.pools),
+        "disturbance": tel.active_disturbance if tel.disturbance_remaining_s > 0 else None,
+        "disturbance_remaining_s": tel.disturbance_remaining_s,
+    }
+
+
+def robot(snapshot: Snapshot, timeline: Timeline, now: float, window_s: float) -> dict[str, Any]:
+    state, error = _value(snapshot, "bridge")
+    _, _, spans = timeline.window(now, window_s)
+    details = []
+    if isinstance(state, dict):
+        for key, value in state.items():
+            if key != "state" and not isinstance(value, (dict, list)):
+                details.append((key, value))
+    return {
+        "error": error,
+        "state": state.get("state") if isinstance(state, dict) else None,
+        "details": details[:14],
+        "timeline": chart.robot_timeline(spans, now=now, window_s=window_s),
+    }
+
+
+def services(snapshot: Snapshot, addresses: dict[str, str]) -> list[dict[str, Any]]:
+    out = []
+    for name, address in addresses.items():
+        up = snapshot.up(name)
+        out.append({"name": name, "address": address, "up": up})
+    return out
+
+
+def latency(timeline: Timeline, now: float, window_s: float) -> dict[str, Any]:
+    samples, events, _ = timeline.window(now, window_s)
+    return {"svg": chart.latency_chart(samples, events, now=now, window_s=window_s)}
+
+
+def now() -> float:
+    return time.time()
