@@ -204,7 +204,11 @@ class RobotBridge:
             self._save("urgent_arrived")
             log.info(
                 "urgent event queued",
-                extra={"urgent": event.id, "name": spec.name, "deadline_ms": spec.deadline_ms},
+                extra={
+                    "urgent": event.id,
+                    "urgent_name": spec.name,
+                    "deadline_ms": spec.deadline_ms,
+                },
             )
             return event
 

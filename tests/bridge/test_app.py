@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -45,7 +46,10 @@ def metric(client: TestClient, line_start: str) -> float:
     raise AssertionError(f"{line_start} not in /metrics")
 
 
-def test_mission_urgent_and_state_round_trip(client: TestClient) -> None:
+def test_mission_urgent_and_state_round_trip(
+    client: TestClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)  # every log call in the loop really formats its record
     started = client.post(
         "/api/mission", json={"steps": 10, "safe_point_interval": 5, "deadline_ms": 60_000}
     )
