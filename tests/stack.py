@@ -19,6 +19,7 @@ import yaml
 from parfusion.services import BY_NAME, SERVICES, address_references, env_key
 from tests.conftest import ROOT, free_port
 
+
 def port_overrides(extra: Mapping[str, str] | None = None) -> tuple[dict[str, str], dict[str, int]]:
     """Environment that moves every service (and every reference to it) to a free port."""
     doc = yaml.safe_load((ROOT / "configs" / "demo.yaml").read_text())
@@ -29,17 +30,14 @@ def port_overrides(extra: Mapping[str, str] | None = None) -> tuple[dict[str, st
             remap[default] = free_port()
         ports[spec.name] = remap[spec.port]
     env: dict[str, str] = {}
-    for section, values in doc.items():
-        if not isinstance(values, dict):
-            continue
-        for key, value in values.items():
-            if key in {"port", "metrics_port"} and isinstance(value, int) and value in remap:
-                env[f"PARFUSION_{section.upper()}_{key.upper()}"] = str(remap[value])
-            elif isinstance(value, str) and _ADDR.search(value):
-                new = _ADDR.sub(
-                    lambda m: f"127.0.0.1:{remap.get(int(m.group(1)), int(m.group(1)))}", value
-                )
-                env[f"PARFUSION_{section.upper()}_{key.upper()}"] = new
+    for spec in SERVICES:
+        env[env_key(spec.name, "port")] = str(remap[spec.port])
+        if spec.metrics_port:
+            env[env_key(spec.name, "metrics_port")] = str(remap[spec.metrics_port])
+    for ref in address_references(doc):
+        env[env_key(ref.section, ref.key)] = ref.rewrite(
+            "127.0.0.1", remap[BY_NAME[ref.service].port]
+        )
     env.update(extra or {})
     return env, ports
 
