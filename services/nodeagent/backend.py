@@ -98,6 +98,7 @@ def lazy(target: str) -> BackendFactory:
 
 BACKENDS: dict[str, BackendFactory] = {
     "real": lazy("services.nodeagent.real:RealBackend"),
+    "modeled": lazy("services.nodeagent.modeled:ModeledBackend"),
 }
 
 
