@@ -1,0 +1,794 @@
+"""D-MUG (Deadline-aware Marginal-Utility Greedy): the unit allocation at the heart of every tick.
+
+The node loop, the extender's node scoring, what-if previews and the experiments all call this one
+pure core: plain data in (PlanInput), numpy arrays out (UnitPlan), no I/O, no clock, no globals.
+The formulas (Amdahl speedup, predicted tail latency, slack, deadline risk, normalised marginal
+utility) are written once, with only + - * / and comparisons, so the scalar and the vectorised
+uses give bit-identical numbers. docs/algorithm.md derives each formula and maps it to its code.
+
+Phases of one tick (``plan_units``):
+0. incumbents keep a floor (elastic: their minimum; non-elastic: their previous units);
+1. deadline phase: least-slack-first, the fewest units whose predicted p99 meets the deadline;
+   URGENT preempts preemptible intents; ONLINE walks its degradation ladder when even its maximum
+   misses; what still misses is at risk;
+2. admission of the remaining (batch) intents at their minimum;
+3. marginal-utility phase: leftover units to the largest NMU, by water-filling (``select_increments``),
+   which equals the heap greedy (``select_increments_heap``) increment for increment.
+"""
+
+from __future__ import annotations
+
+import heapq
+import operator
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from services.allocator.model import (
+    DEGRADATION_ORDER,
+    DmugConfig,
+    IntentSpec,
+    NodeState,
+    PlanInput,
+    ServiceStats,
+)
+
+LATENCY_CEILING_MS = 1e9  # "never": an overloaded queue or a missing unit
+MAX_UTILISATION = 0.999  # queueing model cut-off: above it the queue does not drain
+DEFAULT_REL_SPREAD = 0.25  # spread of the p99 estimate with no observations (relative)
+MIN_REL_SPREAD = 0.05
+DWELL_BONUS = 1e6  # marginal utility added to units held during the dwell window
+Z_CLASS = {"ONLINE": 0, "BATCH": 1, "ROBOT": 2, "URGENT": 3}
+ONLINE, BATCH, ROBOT, URGENT = 0, 1, 2, 3
+
+# UnitPlan.state codes (index into STATE_NAMES)
+ADMITTED, THROTTLED, DEGRADED, PREEMPTED = 0, 1, 2, 3
+STATE_NAMES = ("ADMITTED", "THROTTLED", "DEGRADED", "PREEMPTED")
+
+# UnitPlan.outcome codes: why the intent has its units (drives the human-readable reason)
+MET, MET_DEGRADED, UNREACHABLE, SHORT, BATCH_ADMITTED, NOT_ADMITTED, WAS_PREEMPTED, FIXED = range(8)
+
+
+# ----------------------------------------------------------------------------------------------
+# The formulas. Arguments are floats or numpy arrays; results broadcast.
+
+
+def amdahl_speedup(f, p):
+    """S(p) = 1 / ((1 - f) + f / p), p >= 1."""
+    return 1.0 / ((1.0 - f) + f / p)
+
+
+def predicted_latency_ms(tail1_ms, mean1_ms, f, p, arrival_per_s, factor):
+    """Predicted tail latency at p units: L(p) = T1*m / S(p) / (1 - rho), rho = lambda*M1*m/S(p).
+
+    T1/M1 are the tail and mean service time at one unit, m the latency factor (degradation level
+    times pressure inflation); the 1/(1-rho) term is the M/M/1 waiting inflation for an online
+    arrival rate (rho = 0 for batch). p < 1 or rho >= MAX_UTILISATION gives LATENCY_CEILING_MS.
+    """
+    p_safe = np.maximum(p, 1)
+    speedup = amdahl_speedup(f, p_safe)
+    service = tail1_ms * factor / speedup
+    rho = arrival_per_s * (mean1_ms * factor / speedup) / 1000.0
+    ok = (rho < MAX_UTILISATION) & (np.asarray(p) >= 1)
+    return np.where(ok, service / (1.0 - np.minimum(rho, MAX_UTILISATION)), LATENCY_CEILING_MS)
+
+
+def slack_ms(deadline_ms, latency_ms):
+    """Slack D - L(p): positive when the predicted tail meets the deadline."""
+    return deadline_ms - latency_ms
+
+
+def deadline_risk(slack, latency_ms, rel_spread):
+    """Probability-like risk that the target percentile misses the deadline.
+
+    z = slack / (rel_spread * L) measures the slack in units of the predictor's spread;
+    risk = (1 - z / (1 + |z|)) / 2 is 0.5 when the predicted p99 sits on the deadline, tends to 0
+    with growing slack and to 1 with growing lateness (a rational sigmoid: exact in vector form).
+    """
+    spread = np.maximum(rel_spread * latency_ms, 1e-9)
+    z = slack / spread
+    return 0.5 * (1.0 - z / (1.0 + np.abs(z)))
+
+
+def priority_weight(priority):
+    """w = (priority + 1) / 1001 in (0, 1]: even priority 0 values its units a little."""
+    return (priority + 1.0) / 1001.0
+
+
+def batch_gain(weight, f, p, cap):
+    """Batch NMU of unit p+1: w * (S(p+1) - S(p)) / S(cap), weighted normalised throughput."""
+    return weight * (amdahl_speedup(f, p + 1.0) - amdahl_speedup(f, p)) / amdahl_speedup(f, cap)
+
+
+def combined_cpu_pressure(contention, cpu_disturbance):
+    """Combined CPU pressure: 1 - (1 - contention)(1 - disturbance.cpu), each clipped to [0, 1]."""
+    return 1.0 - (1.0 - np.clip(contention, 0.0, 1.0)) * (1.0 - np.clip(cpu_disturbance, 0.0, 1.0))
+
+
+def pressure_inflation(cpu, gpu, network, gain, uses_gpu, network_bound):
+    """Pressure inflation m = (1 + g*cpu) (1 + g*gpu*[uses GPU]) (1 + g*net*[ONLINE/ROBOT])."""
+    gpu = np.clip(gpu, 0.0, 1.0)
+    network = np.clip(network, 0.0, 1.0)
+    return (
+        (1.0 + gain * cpu) * (1.0 + gain * gpu * uses_gpu) * (1.0 + gain * network * network_bound)
+    )
+
+
+def cpu_pressure(node: NodeState) -> float:
+    return float(combined_cpu_pressure(node.contention, node.disturbance.cpu))
+
+
+def latency_inflation(node: NodeState, gain: float, uses_gpu, network_bound):
+    """pressure_inflation for one node's measured contention and disturbance."""
+    d = node.disturbance
+    return pressure_inflation(cpu_pressure(node), d.gpu, d.network, gain, uses_gpu, network_bound)
+
+
+def service_at_one_unit(
+    stats: ServiceStats | None, base_service_ms: float, f: float, target_percentile: float
+) -> tuple[float, float, float]:
+    """(tail T1, mean M1, relative spread) at one unit, from the predictor or base_service_ms.
+
+    Observed times are rescaled by S(observed_units): T1 = p99 * S(p_obs). The spread is
+    (p99 - mean) / p99, widened by 1/sqrt(count) while few samples back it.
+    """
+    if stats is None or stats.count <= 0:
+        return base_service_ms, base_service_ms, DEFAULT_REL_SPREAD
+    scale = amdahl_speedup(f, max(stats.observed_units, 1))
+    tail = stats.p95_ms if target_percentile <= 95.0 else stats.p99_ms
+    tail = max(tail, stats.mean_ms, 1e-6)
+    rel = max((tail - stats.mean_ms) / tail, MIN_REL_SPREAD) * (1.0 + 1.0 / stats.count**0.5)
+    return tail * scale, max(stats.mean_ms, 1e-6) * scale, min(rel, 1.0)
+
+
+# ----------------------------------------------------------------------------------------------
+# Per-tick arrays
+
+
+@dataclass(frozen=True)
+class DmugOptions:
+    """What a policy of the D-MUG family switches on (the ablations turn one thing off)."""
+
+    use_predictor: bool = True
+    elastic: bool = True  # False: every intent keeps the units of its first allocation
+    degrade: bool = True
+    preempt: bool = True
+    marginal_phase: bool = True  # False (edf-only): leftovers in deadline order, no NMU ranking
+    order: str = "least-slack"  # or "edf"
+    hysteresis: bool = True
+
+
+_SPEC_NAMES = (
+    "priority",
+    "deadline_ms",
+    "min_units",
+    "max_units",
+    "preferred_units",
+    "parallel_fraction",
+    "base_service_ms",
+    "arrival_rate_per_s",
+    "gpu_share",
+    "seq",
+    "target_percentile",
+)
+_SPEC_FIELDS = operator.attrgetter(*_SPEC_NAMES)
+
+
+@dataclass
+class IntentTable:
+    """The tick's intents as columns (index i = position in PlanInput.intents)."""
+
+    specs: Sequence[IntentSpec]
+    cls: np.ndarray
+    weight: np.ndarray
+    deadline: np.ndarray
+    has_deadline: np.ndarray
+    min_units: np.ndarray
+    cap: np.ndarray
+    preferred: np.ndarray
+    f: np.ndarray
+    tail1: np.ndarray
+    mean1: np.ndarray
+    rel_spread: np.ndarray
+    arrival: np.ndarray
+    inflation: np.ndarray
+    uses_gpu: np.ndarray
+    ladder: np.ndarray  # (n, 3) bool: level allowed
+    preemptible: np.ndarray
+    elastic: np.ndarray
+    seq: np.ndarray
+    prev_units: np.ndarray
+    prev_since: np.ndarray
+    level_factor: np.ndarray  # (3,) latency multiplier per degradation level
+
+    @property
+    def n(self) -> int:
+        return len(self.specs)
+
+    def latency(self, idx, p, level=0):
+        """L(p) for rows idx at units p and degradation level (scalar or array)."""
+        factor = self.inflation[idx] * self.level_factor[level]
+        return predicted_latency_ms(
+            self.tail1[idx], self.mean1[idx], self.f[idx], p, self.arrival[idx], factor
+        )
+
+    def risk(self, idx, p, level=0):
+        lat = self.latency(idx, p, level)
+        risk = deadline_risk(slack_ms(self.deadline[idx], lat), lat, self.rel_spread[idx])
+        return np.where(self.has_deadline[idx], risk, 0.0)
+
+
+def build_table(state: PlanInput, use_predictor: bool = True) -> IntentTable:
+    specs = state.intents
+    n = len(specs)
+    capacity = max(int(state.node.cpu_units), 0)
+    if n:
+        cols = list(zip(*map(_SPEC_FIELDS, specs), strict=True))
+        num = np.array(cols, dtype=np.float64)
+    else:
+        num = np.zeros((len(_SPEC_NAMES), 0))
+    prio, deadline, mn, mx, pref, f, base, arrival, share, seq, target = num
+    cls = np.array([Z_CLASS.get(s.workload_class, BATCH) for s in specs], dtype=np.int8)
+    f = np.clip(f, 0.0, 1.0)
+    has_deadline = (cls != BATCH) & (deadline > 0)
+    mn = np.maximum(mn, 1)
+    cap = np.where(mx > 0, np.minimum(mx, capacity), capacity)
+    mn = np.minimum(mn, np.maximum(cap, 1))
+    uses_gpu = np.array([bool(s.gpu_lane) or s.gpu_share > 0 for s in specs], dtype=np.float64)
+    network_bound = ((cls == ONLINE) | (cls == ROBOT)).astype(np.float64)
+    inflation = latency_inflation(state.node, state.config.contention_gain, uses_gpu, network_bound)
+    tail1 = np.maximum(base, 1e-6)
+    mean1 = tail1.copy()
+    rel = np.full(n, DEFAULT_REL_SPREAD)
+    stats = state.stats if use_predictor else {}
+    if stats:
+        for i, s in enumerate(specs):
+            st = stats.get(s.id)
+            if st is not None:
+                tail1[i], mean1[i], rel[i] = service_at_one_unit(
+                    st, s.base_service_ms, float(f[i]), s.target_percentile
+                )
+    ladder = np.zeros((n, 3), dtype=bool)
+    ladder[:, 0] = True
+    for i, s in enumerate(specs):
+        if s.degradation != ("NORMAL",):
+            for lvl in s.degradation:
+                ladder[i, DEGRADATION_ORDER.index(lvl)] = True
+    prev_units = np.zeros(n, dtype=np.int64)
+    prev_since = np.zeros(n, dtype=np.int64)
+    if state.previous:
+        for i, s in enumerate(specs):
+            d = state.previous.get(s.id)
+            if d is not None:
+                prev_units[i] = d.units
+                prev_since[i] = d.since_tick
+    speed = state.config.degradation_speedup
+    return IntentTable(
+        specs=specs,
+        cls=cls,
+        weight=priority_weight(prio),
+        deadline=deadline,
+        has_deadline=has_deadline,
+        min_units=mn.astype(np.int64),
+        cap=cap.astype(np.int64),
+        preferred=pref.astype(np.int64),
+        f=f,
+        tail1=tail1,
+        mean1=mean1,
+        rel_spread=rel,
+        arrival=np.where(cls == BATCH, 0.0, np.maximum(arrival, 0.0)),
+        inflation=np.asarray(inflation, dtype=np.float64),
+        uses_gpu=uses_gpu > 0,
+        ladder=ladder,
+        preemptible=np.array([s.preemptible for s in specs], dtype=bool),
+        elastic=np.array([s.elastic for s in specs], dtype=bool),
+        seq=seq,
+        prev_units=prev_units,
+        prev_since=prev_since,
+        level_factor=np.array([float(speed.get(lvl, 1.0)) for lvl in DEGRADATION_ORDER]),
+    )
+
+
+def units_to_meet(table: IntentTable, idx: np.ndarray, level: int) -> tuple[np.ndarray, np.ndarray]:
+    """Fewest units in [min, cap] with L(p) <= D at `level`, and whether that meets D at all.
+
+    Closed form from L = a / (S - b) (a = T1*m, b = lambda*M1*m/1000): S(p) >= b + a/D, inverted
+    through Amdahl, then checked and nudged with the latency formula itself so that the answer
+    is exactly what ``predicted_latency_ms`` says.
+    """
+    factor = table.inflation[idx] * table.level_factor[level]
+    a = table.tail1[idx] * factor
+    b = table.arrival[idx] * table.mean1[idx] * factor / 1000.0
+    d = np.maximum(table.deadline[idx], 1e-9)
+    f = table.f[idx]
+    s_req = np.maximum(b / MAX_UTILISATION, b + a / d)
+    denom = 1.0 / s_req - (1.0 - f)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        p_real = np.where(denom > 0, f / np.where(denom > 0, denom, 1.0), np.inf)
+    lo, hi = table.min_units[idx], table.cap[idx]
+    p = np.clip(np.ceil(np.minimum(p_real, 1e12)), lo, np.maximum(hi, lo)).astype(np.int64)
+    for _ in range(2):
+        late = (table.latency(idx, p, level) > table.deadline[idx]) & (p < hi)
+        p = p + late
+    early = (p > lo) & (table.latency(idx, p - 1, level) <= table.deadline[idx])
+    p = p - early
+    meets = (table.latency(idx, p, level) <= table.deadline[idx]) & (p <= hi)
+    return p, meets
+
+
+# ----------------------------------------------------------------------------------------------
+# Greedy selection of unit increments
+
+
+def select_increments(
+    gains: np.ndarray, rank: np.ndarray, k: np.ndarray, budget: int
+) -> np.ndarray:
+    """Water-filling: pick the `budget` best increments by (gain desc, rank asc, k asc).
+
+    With non-increasing gains per row this equals popping a heap keyed the same way (the greedy),
+    because every row's picks form a prefix. The threshold lambda is the budget-th largest gain;
+    everything above it is taken, ties at lambda in (rank, k) order. Only positive gains count.
+    Returns a boolean mask over the candidates.
+    """
+    chosen = np.zeros(gains.shape, dtype=bool)
+    positive = gains > 0
+    if budget <= 0 or not positive.any():
+        return chosen
+    pos_idx = np.flatnonzero(positive)
+    if pos_idx.size <= budget:
+        chosen[pos_idx] = True
+        return chosen
+    g = gains[pos_idx]
+    lam = -np.partition(-g, budget - 1)[budget - 1]
+    above = pos_idx[g > lam]
+    chosen[above] = True
+    ties = pos_idx[g == lam]
+    need = budget - above.size
+    if need > 0:
+        order = np.lexsort((k[ties], rank[ties]))
+        chosen[ties[order[:need]]] = True
+    return chosen
+
+
+def select_increments_heap(
+    rows: Sequence[Sequence[float]], rank: Sequence[int], budget: int
+) -> list[int]:
+    """Reference greedy (O(U log N)): pop the best next increment of any row, `budget` times."""
+    heap = [(-row[0], rank[r], 0, r) for r, row in enumerate(rows) if len(row) and row[0] > 0]
+    heapq.heapify(heap)
+    taken = [0] * len(rows)
+    for _ in range(max(budget, 0)):
+        if not heap:
+            break
+        _, rk, kk, r = heapq.heappop(heap)
+        taken[r] += 1
+        nxt = kk + 1
+        if nxt < len(rows[r]) and rows[r][nxt] > 0:
+            heapq.heappush(heap, (-rows[r][nxt], rk, nxt, r))
+    return taken
+
+
+def iron(row: np.ndarray) -> np.ndarray:
+    """Least concave majorant of the cumulative utility: S-shaped gains made non-increasing."""
+    cum = np.concatenate(([0.0], np.cumsum(row)))
+    hull = [0]
+    for j in range(1, len(cum)):
+        while len(hull) >= 2:
+            a, b = hull[-2], hull[-1]
+            if (cum[b] - cum[a]) * (j - a) <= (cum[j] - cum[a]) * (b - a):
+                hull.pop()
+            else:
+                break
+        hull.append(j)
+    out = np.empty(len(row))
+    for a, b in zip(hull, hull[1:], strict=False):
+        out[a:b] = (cum[b] - cum[a]) / (b - a)
+    return out
+
+
+def marginal_gains(table: IntentTable, rows: np.ndarray, start: np.ndarray, level: np.ndarray, kk):
+    """NMU of unit start+k+1 for each row and each offset k in kk ((len(rows), width) or (width,)).
+
+    Deadline work: w * (risk(p) - risk(p+1)), priority-weighted risk reduction; batch:
+    w * (S(p+1) - S(p)) / S(cap), weighted normalised throughput. Past the cap: -inf.
+    """
+    r = rows[:, None]
+    p = start[:, None] + kk
+    lv = level[:, None]
+    cap = table.cap[r]
+    deadline_gain = table.weight[r] * (table.risk(r, p, lv) - table.risk(r, p + 1, lv))
+    throughput_gain = batch_gain(table.weight[r], table.f[r], np.maximum(p, 1), np.maximum(cap, 1))
+    gains = np.where(table.has_deadline[r], deadline_gain, throughput_gain)
+    return np.where(p < cap, gains, -np.inf)
+
+
+def with_hysteresis(table, rows, start, kk, gains, tick: int, config: DmugConfig):
+    """Units an incumbent already holds are worth (1 + min_gain) more, and during the dwell window
+    (fewer than dwell ticks since its units last changed) they come first. Both boost a prefix of
+    each row, so non-increasing rows stay non-increasing."""
+    held = (start[:, None] + kk) < table.prev_units[rows][:, None]
+    boosted = np.where(held & (gains > 0), gains * (1.0 + config.hysteresis_min_gain), gains)
+    dwell = (tick - table.prev_since[rows]) < config.hysteresis_dwell_ticks
+    return np.where(held & dwell[:, None] & (boosted > 0), boosted + DWELL_BONUS, boosted)
+
+
+@dataclass(frozen=True)
+class MarginalPhase:
+    """The marginal-utility phase's inputs: which rows compete, from where, for how many units.
+
+    A row's increments pass three steps, identical in the fast and the reference path: rows still
+    short of their deadline (S-shaped risk) are ironed to their concave majorant; every row is
+    made non-increasing by a running minimum (guards against rounding in S(p+1) - S(p)); then
+    hysteresis boosts the units the incumbent already holds.
+    """
+
+    rows: np.ndarray  # indexes into the IntentTable
+    start: np.ndarray  # units already held
+    level: np.ndarray  # degradation level each row runs at
+    rank: np.ndarray  # deterministic tie-break (lower first), per table row
+    budget: int
+    hysteresis: bool = True
+    tick: int = 0
+    config: DmugConfig = field(default_factory=DmugConfig)
+
+    def room(self, table: IntentTable) -> np.ndarray:
+        return np.maximum(table.cap[self.rows] - self.start, 0)
+
+    def shaped(self, table: IntentTable, sel: np.ndarray) -> np.ndarray:
+        """Rows whose risk curve is still S-shaped: deadline work late at its current units."""
+        rows = self.rows[sel]
+        late = table.latency(rows, self.start[sel], self.level[sel]) > table.deadline[rows]
+        return table.has_deadline[rows] & late
+
+    def _finish(self, table, sel, kk, g, carry):
+        g = np.minimum(np.minimum.accumulate(g, axis=1), carry[:, None])
+        last = g[:, -1].copy()
+        if self.hysteresis:
+            g = with_hysteresis(
+                table, self.rows[sel], self.start[sel], kk, g, self.tick, self.config
+            )
+        return g, last
+
+    def block(self, table: IntentTable, sel: np.ndarray, kk: np.ndarray, carry: np.ndarray):
+        """Gains of rows sel at offsets kk (len(sel), width) continuing a running minimum `carry`."""
+        g = marginal_gains(table, self.rows[sel], self.start[sel], self.level[sel], kk)
+        return self._finish(table, sel, kk, g, carry)
+
+    def full_row(self, table: IntentTable, j: int) -> np.ndarray:
+        """Row j's whole gain sequence up to its cap."""
+        width = int(table.cap[self.rows[j]] - self.start[j])
+        if width <= 0:
+            return np.zeros(0)
+        sel = np.array([j])
+        kk = np.arange(width)[None, :]
+        g = marginal_gains(table, self.rows[sel], self.start[sel], self.level[sel], kk)
+        if self.shaped(table, sel)[0]:
+            g = iron(g[0])[None, :]
+        return self._finish(table, sel, kk, g, np.array([np.inf]))[0][0]
+
+
+def marginal_phase_reference(table: IntentTable, phase: MarginalPhase) -> np.ndarray:
+    """The heap greedy over every full row: the specification the fast path is tested against."""
+    rows = [phase.full_row(table, j).tolist() for j in range(len(phase.rows))]
+    rank = phase.rank[phase.rows].tolist()
+    return np.array(select_increments_heap(rows, rank, phase.budget), dtype=np.int64)
+
+
+def marginal_phase_fast(table: IntentTable, phase: MarginalPhase) -> np.ndarray:
+    """Extra units per row by water-filling, equal to ``marginal_phase_reference``.
+
+    Rows are evaluated in blocks of increments and widened only where a whole block was taken (a
+    non-increasing row cannot hide a better increment further out), so the work follows the units
+    handed out, not the node's capacity. S-shaped rows are taken whole, as in the reference.
+    """
+    n = len(phase.rows)
+    room = phase.room(table)
+    live = np.flatnonzero(room > 0)
+    if phase.budget <= 0 or live.size == 0:
+        return np.zeros(n, dtype=np.int64)
+    shaped = phase.shaped(table, live)
+    flat = live[~shaped]
+    width = int(min(room[live].max(), max(4, 2 * phase.budget // live.size + 2)))
+    widths = np.zeros(n, dtype=np.int64)
+    carry = np.full(n, np.inf)
+    blocks_g: list[np.ndarray] = []
+    blocks_r: list[np.ndarray] = []
+    blocks_k: list[np.ndarray] = []
+    if flat.size:
+        kk = np.broadcast_to(np.arange(width), (flat.size, width))
+        g, carry[flat] = phase.block(table, flat, kk, carry[flat])
+        blocks_g.append(g.ravel())
+        blocks_r.append(np.repeat(flat, width))
+        blocks_k.append(kk.ravel())
+        widths[flat] = width
+    for j in live[shaped].tolist():
+        row = phase.full_row(table, j)
+        blocks_g.append(row)
+        blocks_r.append(np.full(len(row), j))
+        blocks_k.append(np.arange(len(row)))
+        widths[j] = room[j]
+    while True:
+        gains = np.concatenate(blocks_g)
+        cand_rows = np.concatenate(blocks_r)
+        cand_k = np.concatenate(blocks_k)
+        chosen = select_increments(gains, phase.rank[phase.rows[cand_rows]], cand_k, phase.budget)
+        taken = np.bincount(cand_rows[chosen], minlength=n).astype(np.int64)
+        sat = live[(taken[live] == widths[live]) & (widths[live] < room[live])]
+        if sat.size == 0:
+            return taken
+        more = int(min(widths[sat].max(), room[sat].max()))
+        kk = widths[sat][:, None] + np.arange(more)[None, :]
+        g, carry[sat] = phase.block(table, sat, kk, carry[sat])
+        blocks_g.append(g.ravel())
+        blocks_r.append(np.repeat(sat, more))
+        blocks_k.append(kk.ravel())
+        widths[sat] += more
+
+
+# ----------------------------------------------------------------------------------------------
+# The tick
+
+
+@dataclass
+class UnitPlan:
+    """Per-intent outcome of the unit allocation, as columns aligned with IntentTable."""
+
+    units: np.ndarray
+    level: np.ndarray  # index into DEGRADATION_ORDER
+    state: np.ndarray  # index into STATE_NAMES
+    outcome: np.ndarray  # MET, MET_DEGRADED, ... (why; drives the reason text)
+    need: np.ndarray  # units the deadline phase asked for (0 for batch)
+    preempted_units: np.ndarray
+    preempted_by: np.ndarray  # table index of the urgent intent that took the units, -1 if none
+    order: np.ndarray  # deadline-phase order (least slack first), table indexes
+    free_at_ask: np.ndarray  # free units when the intent asked and did not get them
+    predicted_p99_ms: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    slack_ms: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    risk: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    nmu: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    preemptions: int = 0
+
+
+def tie_rank(table: IntentTable) -> np.ndarray:
+    """Deterministic rank per row (lower wins ties): higher priority weight, then earlier seq."""
+    order = np.lexsort((np.arange(table.n), table.seq, -table.weight))
+    rank = np.empty(table.n, dtype=np.int64)
+    rank[order] = np.arange(table.n)
+    return rank
+
+
+def floors(table: IntentTable, options: DmugOptions, capacity: int) -> np.ndarray:
+    """Phase 0: what incumbents keep before anything is handed out.
+
+    Elastic incumbents keep their minimum, non-elastic ones their previous units; if the node
+    shrank below the sum, the lowest-ranked floors go (preemptible first).
+    """
+    incumbent = table.prev_units > 0
+    fixed = ~table.elastic | (not options.elastic)
+    floor = np.where(fixed, np.minimum(table.prev_units, table.cap), table.min_units)
+    floor = np.where(incumbent, np.maximum(floor, 0), 0).astype(np.int64)
+    if floor.sum() > capacity:
+        order = np.lexsort((table.seq, -table.weight, table.preemptible))
+        keep = np.cumsum(floor[order]) <= capacity
+        dropped = order[~keep]
+        floor[dropped] = 0
+    return floor
+
+
+def plan_units(
+    state: PlanInput, options: DmugOptions | None = None
+) -> tuple[IntentTable, UnitPlan]:
+    """One tick of D-MUG unit allocation (phases 0-3, see the module docstring)."""
+    options = options or DmugOptions()
+    table = build_table(state, options.use_predictor)
+    n = table.n
+    capacity = max(int(state.node.cpu_units), 0)
+    units = floors(table, options, capacity)
+    free = capacity - int(units.sum())
+    level = np.zeros(n, dtype=np.int64)
+    outcome = np.full(n, BATCH_ADMITTED, dtype=np.int64)
+    need = np.zeros(n, dtype=np.int64)
+    preempted = np.zeros(n, dtype=np.int64)
+    preempted_by = np.full(n, -1, dtype=np.int64)
+    free_at_ask = np.zeros(n, dtype=np.int64)
+    fixed = (~table.elastic | (not options.elastic)) & (table.prev_units > 0) & (units > 0)
+    cap = np.where(fixed, units, table.cap)
+    table.cap = cap  # the phases below see fixed intents as capped at what they hold
+
+    # Phase 1: deadline phase
+    dl = np.flatnonzero(table.has_deadline & ~fixed)
+    if dl.size:
+        p_need, meets = units_to_meet(table, dl, 0)
+        lvl = np.zeros(dl.size, dtype=np.int64)
+        if options.degrade:
+            for level_i in (1, 2):
+                walk = ~meets & (table.cls[dl] == ONLINE) & table.ladder[dl, level_i]
+                if walk.any():
+                    p2, m2 = units_to_meet(table, dl[walk], level_i)
+                    idx = np.flatnonzero(walk)
+                    p_need[idx] = np.where(m2, p2, p_need[idx])
+                    lvl[idx] = level_i  # deepest allowed level tried so far (best effort)
+                    meets[idx] = m2
+        p_need = np.where(meets, p_need, table.min_units[dl])
+        level[dl] = lvl
+        need[dl] = p_need
+        outcome[dl] = np.where(meets, np.where(lvl > 0, MET_DEGRADED, MET), UNREACHABLE)
+        slack_best = slack_ms(table.deadline[dl], table.latency(dl, cap[dl], lvl))
+        if options.order == "edf":
+            keys = (table.seq[dl], -table.weight[dl], table.deadline[dl])
+        else:
+            keys = (table.seq[dl], -table.weight[dl], table.deadline[dl], slack_best)
+        order = dl[np.lexsort(keys)]
+        extra = np.maximum(need - units, 0)
+        if int(extra[order].sum()) <= free:
+            units[order] += extra[order]
+            free -= int(extra[order].sum())
+        else:
+            free = _deadline_first_fit(
+                table, options, order, units, need, free, outcome, preempted, preempted_by,
+                free_at_ask,
+            )  # fmt: skip
+    else:
+        order = dl
+
+    # Phase 2: admission of everything else at its minimum
+    rank = tie_rank(table)
+    rest = np.flatnonzero(~table.has_deadline & (units == 0) & (preempted == 0))
+    if rest.size:
+        rest = rest[np.argsort(rank[rest], kind="stable")]
+        ask = table.min_units[rest]
+        if int(ask.sum()) <= free:
+            units[rest] = ask
+            free -= int(ask.sum())
+        else:
+            ask_l, units_l = ask.tolist(), rest.tolist()
+            for i, a in zip(units_l, ask_l, strict=True):
+                if a <= free:
+                    units[i] = a
+                    free -= a
+                else:
+                    outcome[i] = NOT_ADMITTED
+                    free_at_ask[i] = free
+    outcome[fixed] = FIXED
+
+    # Phase 3: leftover units
+    running = np.flatnonzero((units > 0) & (preempted == 0) & (units < cap))
+    if free > 0 and running.size:
+        if options.marginal_phase:
+            phase = MarginalPhase(
+                rows=running,
+                start=units[running],
+                level=level[running],
+                rank=rank,
+                budget=free,
+                hysteresis=options.hysteresis,
+                tick=state.tick,
+                config=state.config,
+            )
+            units[running] += marginal_phase_fast(table, phase)
+        else:
+            free = _leftovers_in_order(table, order, rank, running, units, cap, free)
+
+    return table, assess(
+        table,
+        units,
+        level,
+        outcome,
+        state.config,
+        need=need,
+        preempted_units=preempted,
+        preempted_by=preempted_by,
+        order=order,
+        free_at_ask=free_at_ask,
+    )
+
+
+def assess(
+    table: IntentTable,
+    units: np.ndarray,
+    level: np.ndarray,
+    outcome: np.ndarray,
+    config: DmugConfig,
+    *,
+    need: np.ndarray | None = None,
+    preempted_units: np.ndarray | None = None,
+    preempted_by: np.ndarray | None = None,
+    order: np.ndarray | None = None,
+    free_at_ask: np.ndarray | None = None,
+) -> UnitPlan:
+    """Predicted p99, slack, risk, next-unit NMU and state for a given allocation.
+
+    Every policy, D-MUG or reference, is judged by these same formulas.
+    """
+    n = table.n
+    zeros = np.zeros(n, dtype=np.int64)
+    preempted = zeros if preempted_units is None else preempted_units
+    everyone = np.arange(n)
+    p99 = np.where(units > 0, table.latency(everyone, units, level), 0.0)
+    slack = np.where(units > 0, table.deadline - p99, -table.deadline)
+    slack = np.where(table.has_deadline, slack, 0.0)
+    risk = np.where(units > 0, table.risk(everyone, units, level), 1.0)
+    risk = np.where(table.has_deadline, risk, 0.0)
+    st = np.full(n, ADMITTED, dtype=np.int64)
+    st[(outcome == MET_DEGRADED) & (units > 0)] = DEGRADED
+    late = table.has_deadline & (risk > config.risk_threshold)
+    st[late | (units == 0)] = THROTTLED
+    st[preempted > 0] = PREEMPTED
+    nxt = np.zeros(n)
+    more = np.flatnonzero((units > 0) & (units < table.cap))
+    if more.size:
+        kk = np.zeros(1, np.int64)
+        nxt[more] = marginal_gains(table, more, units[more], level[more], kk)[:, 0]
+    return UnitPlan(
+        units=units,
+        level=level,
+        state=st,
+        outcome=outcome,
+        need=zeros if need is None else need,
+        preempted_units=preempted,
+        preempted_by=np.full(n, -1, np.int64) if preempted_by is None else preempted_by,
+        order=np.flatnonzero(table.has_deadline) if order is None else order,
+        free_at_ask=zeros if free_at_ask is None else free_at_ask,
+        predicted_p99_ms=p99,
+        slack_ms=slack,
+        risk=risk,
+        nmu=nxt,
+        preemptions=int((preempted > 0).sum()),
+    )
+
+
+def _deadline_first_fit(
+    table, options, order, units, need, free, outcome, preempted, preempted_by, free_at_ask
+) -> int:
+    """The scarce deadline phase: in order, grant what fits; URGENT preempts; the rest is short."""
+    victims_order = np.lexsort(
+        (-table.seq, table.weight, table.has_deadline)
+    )  # batch first, then lowest weight, newest first
+    can_lose = table.preemptible & (table.cls != URGENT)
+    victims = [int(v) for v in victims_order.tolist() if can_lose[v]]
+    for i in order.tolist():
+        if preempted[i]:
+            continue
+        e = max(int(need[i]) - int(units[i]), 0)
+        if e <= free:
+            units[i] += e
+            free -= e
+            continue
+        urgent = options.preempt and table.cls[i] == URGENT
+        if urgent and free + sum(int(units[v]) for v in victims if v != i) >= e:
+            for v in victims:
+                if free >= e:
+                    break
+                if units[v] > 0 and v != i:
+                    free += int(units[v])
+                    preempted[v] += int(units[v])
+                    preempted_by[v] = i
+                    units[v] = 0
+            if e <= free:
+                units[i] += e
+                free -= e
+                continue
+        free_at_ask[i] = free
+        if outcome[i] != UNREACHABLE:
+            outcome[i] = SHORT
+        if units[i] == 0 and table.min_units[i] <= free:
+            units[i] = table.min_units[i]
+            free -= int(units[i])
+    return free
+
+
+def _leftovers_in_order(table, order, rank, running, units, cap, free) -> int:
+    """edf-only: leftover units go in deadline order, then batch by rank, each up to its cap."""
+    in_order = set(order.tolist())
+    batch = sorted(
+        (int(i) for i in running.tolist() if int(i) not in in_order), key=lambda i: rank[i]
+    )
+    for i in [int(i) for i in order.tolist() if units[int(i)] > 0] + batch:
+        give = min(int(cap[i] - units[i]), free)
+        if give > 0:
+            units[i] += give
+            free -= give
+        if free == 0:
+            break
+    return free

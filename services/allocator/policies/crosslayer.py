@@ -1,0 +1,287 @@
+"""Cross-layer knobs: turns a unit allocation (dmug.UnitPlan) into the tick's Decisions.
+
+Every policy ends here. With cross-layer control on, deadline work gets its own CPU cores first,
+nice 0 and a high cgroup weight, batch the shared rest, nice 10..19 and SCHED_BATCH (SCHED_IDLE
+while deadline work is at risk); GPU shares are handed out per lane in share units, deadline work
+first, then batch by the same water-filling greedy as the units. With it off (no-crosslayer,
+reference policies) only the pool sizes change and every OS/GPU knob keeps its default.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from services.allocator.dmug import (
+    BATCH_ADMITTED,
+    FIXED,
+    MET,
+    MET_DEGRADED,
+    NOT_ADMITTED,
+    SHORT,
+    STATE_NAMES,
+    UNREACHABLE,
+    WAS_PREEMPTED,
+    IntentTable,
+    UnitPlan,
+    cpu_pressure,
+    select_increments,
+)
+from services.allocator.model import (
+    DEGRADATION_ORDER,
+    Decision,
+    LaneCapacity,
+    PlanInput,
+    PlanResult,
+)
+
+CPU_PERIOD_US = 100_000
+MIN_CPU_QUOTA_US = 1_000  # the kernel's floor for cpu.max
+DEFAULT_GPU_CONCURRENCY_CAP = 4
+
+
+@dataclass(frozen=True)
+class Knobs:
+    cross_layer: bool = True  # OS knobs (cpu set, nice, scheduler class, cgroup)
+    gpu_intent: bool = True  # GPU lane, share, stream priority, concurrency
+
+
+def cpu_sets(table: IntentTable, plan: UnitPlan, cpu_ids: tuple[int, ...], capacity: int):
+    """Disjoint core ranges: deadline work (least slack first) gets exclusive cores sized by its
+    share of the units, keeping one core for batch when batch runs; everyone else shares the rest."""
+    n = table.n
+    sets: list[tuple[int, ...]] = [()] * n
+    if not cpu_ids:
+        return sets
+    c = len(cpu_ids)
+    running = plan.units > 0
+    batch_running = bool((running & ~table.has_deadline).any())
+    reserve = 1 if batch_running else 0
+    pos = 0
+    exclusive = np.zeros(n, dtype=bool)
+    for i in plan.order.tolist():
+        u = int(plan.units[i])
+        if u <= 0:
+            continue
+        k = max(1, u * c // max(capacity, 1))
+        if pos + k > c - reserve:
+            break
+        sets[i] = cpu_ids[pos : pos + k]
+        exclusive[i] = True
+        pos += k
+    shared = cpu_ids[pos:] or cpu_ids
+    for i in np.flatnonzero(running & ~exclusive).tolist():
+        sets[i] = shared
+    return sets
+
+
+def gpu_shares(table: IntentTable, plan: UnitPlan, lanes: tuple[LaneCapacity, ...], rank):
+    """Lane and share units per intent: deadline work takes its requested share first (least
+    slack first), then batch shares the rest by weighted log utility (gain w/(k+1) per unit),
+    water-filled like the units. Returns (lane name, share units, note) per intent."""
+    n = table.n
+    lane_of = [""] * n
+    share = np.zeros(n)
+    note = [""] * n
+    available = {lane.name: lane for lane in lanes if lane.available}
+    if not table.uses_gpu.any():
+        return lane_of, share, note
+    left = {name: float(lane.share_units) for name, lane in available.items()}
+    users = np.flatnonzero(table.uses_gpu & (plan.units > 0))
+    in_order = plan.order[table.uses_gpu[plan.order] & (plan.units[plan.order] > 0)].tolist()
+    rest = [i for i in users[np.argsort(rank[users], kind="stable")].tolist()]
+    seen = set(in_order)
+    ordered = in_order + [i for i in rest if i not in seen]
+    for i in ordered:
+        spec = table.specs[i]
+        if spec.gpu_lane:
+            if spec.gpu_lane not in available:
+                note[i] = f"; GPU lane {spec.gpu_lane} unavailable"
+                continue
+            lane_of[i] = spec.gpu_lane
+        elif left:
+            lane_of[i] = max(sorted(left), key=lambda name: left[name])
+        else:
+            note[i] = "; no GPU lane available"
+            continue
+        if table.has_deadline[i]:
+            want = spec.gpu_share * 100.0 or left[lane_of[i]]
+            got = min(want, left[lane_of[i]])
+            share[i] = got
+            left[lane_of[i]] -= got
+    for name in sorted(available):
+        rows = [i for i in ordered if lane_of[i] == name and not table.has_deadline[i]]
+        budget = int(left[name])
+        if not rows or budget <= 0:
+            continue
+        demand = [int(round(table.specs[i].gpu_share * 100.0)) or budget for i in rows]
+        width = max(demand)
+        r = np.array(rows)
+        k = np.arange(width)
+        gains = table.weight[r][:, None] / (k[None, :] + 1.0)
+        gains = np.where(k[None, :] < np.array(demand)[:, None], gains, -np.inf)
+        chosen = select_increments(
+            gains.ravel(), np.repeat(rank[r], width), np.tile(k, len(rows)), budget
+        )
+        share[r] = chosen.reshape(len(rows), width).sum(axis=1)
+    return lane_of, share, note
+
+
+def reasons(table: IntentTable, plan: UnitPlan, policy: str) -> list[str]:
+    out = []
+    specs = table.specs
+    for i, (u, oc, need, lvl, p99) in enumerate(
+        zip(
+            plan.units.tolist(),
+            plan.outcome.tolist(),
+            plan.need.tolist(),
+            plan.level.tolist(),
+            plan.predicted_p99_ms.tolist(),
+            strict=True,
+        )
+    ):
+        d = specs[i].deadline_ms
+        if plan.preempted_units[i] > 0:
+            by = int(plan.preempted_by[i])
+            who = specs[by].name if by >= 0 else "urgent work"
+            out.append(f"preempted: {int(plan.preempted_units[i])} units taken by urgent {who}")
+        elif oc == MET:
+            extra = f"; +{u - need} from marginal-utility phase" if u > need else ""
+            out.append(f"deadline phase: {need} units meet {d:g} ms (pred p99 {p99:.1f} ms){extra}")
+        elif oc == MET_DEGRADED:
+            lv = DEGRADATION_ORDER[lvl]
+            out.append(
+                f"degraded to {lv}: {d:g} ms unreachable at {int(table.cap[i])} units at NORMAL; "
+                f"{u} units meet it at {lv} (pred p99 {p99:.1f} ms)"
+            )
+        elif oc == UNREACHABLE:
+            out.append(
+                f"at risk: {d:g} ms unreachable even at {int(table.cap[i])} units "
+                f"({DEGRADATION_ORDER[lvl]}); running {u} units (pred p99 {p99:.1f} ms)"
+            )
+        elif oc == SHORT:
+            out.append(
+                f"at risk: needs {need} units for {d:g} ms, {int(plan.free_at_ask[i])} free; "
+                f"running {u}"
+            )
+        elif oc == NOT_ADMITTED or u == 0:
+            out.append(
+                f"not admitted: needs {int(table.min_units[i])} units, "
+                f"{int(plan.free_at_ask[i])} free"
+            )
+        elif oc == FIXED:
+            out.append(f"{policy}: holds {u} units from its first allocation")
+        elif oc == WAS_PREEMPTED:
+            out.append("preempted by urgent work")
+        elif oc == BATCH_ADMITTED and table.has_deadline[i]:
+            out.append(f"{policy}: {u} units (pred p99 {p99:.1f} ms for {d:g} ms)")
+        else:
+            out.append(f"{policy}: {u} units (next-unit nmu {plan.nmu[i]:.3g})")
+    return out
+
+
+def decide(
+    state: PlanInput,
+    table: IntentTable,
+    plan: UnitPlan,
+    policy: str,
+    knobs: Knobs,
+    rank: np.ndarray,
+) -> PlanResult:
+    """Materialise the Decisions: one per intent, in PlanInput order."""
+    n = table.n
+    node = state.node
+    capacity = max(int(node.cpu_units), 0)
+    units = plan.units
+    running = units > 0
+    deadline = table.has_deadline
+    risk_threshold = state.config.risk_threshold
+    at_risk = bool((deadline & running & (plan.risk > risk_threshold)).any())
+    why = reasons(table, plan, policy)
+
+    if knobs.cross_layer:
+        sets = cpu_sets(table, plan, tuple(node.cpu_ids), capacity)
+        batch_nice = np.rint(19 - 9 * np.clip(table.weight * 1001 - 1, 0, 1000) / 1000).astype(int)
+        nice = np.where(deadline, 0, np.where(at_risk, 19, batch_nice))
+        sched = np.where(deadline, "other", "idle" if at_risk else "batch")
+        weight = np.where(
+            deadline,
+            np.clip(200 * units, 100, 10_000),
+            1 if at_risk else np.clip(np.rint(100 * units * table.weight), 1, 10_000),
+        ).astype(int)
+        c = len(node.cpu_ids) or capacity
+        quota = np.maximum(np.rint(units * c / max(capacity, 1) * CPU_PERIOD_US), MIN_CPU_QUOTA_US)
+        cpu_max = [
+            "max" if deadline[i] and running[i] else f"{int(q)} {CPU_PERIOD_US}"
+            for i, q in enumerate(quota.tolist())
+        ]
+        nice_l, sched_l, weight_l = nice.tolist(), sched.tolist(), weight.tolist()
+    else:
+        sets = [()] * n
+        nice_l, sched_l, weight_l, cpu_max = [0] * n, ["other"] * n, [100] * n, ["max"] * n
+
+    gpu_on = knobs.cross_layer and knobs.gpu_intent
+    if gpu_on and table.uses_gpu.any():
+        lane_of, share, note = gpu_shares(table, plan, tuple(node.lanes), rank)
+        indexes = {lane.name: tuple(lane.gpu_indexes) for lane in node.lanes}
+        gidx = [indexes.get(name, ()) if name else () for name in lane_of]
+        prio = np.where(deadline, 1, -1 if at_risk else 0)
+        prio = np.where(
+            deadline, prio, np.minimum(prio, [s.gpu_stream_priority_hint for s in table.specs])
+        )
+        prio = np.clip(prio, -1, 1)
+        conc = [
+            (s.gpu_concurrency or max(1, min(u, DEFAULT_GPU_CONCURRENCY_CAP))) if lane else 0
+            for s, u, lane in zip(table.specs, units.tolist(), lane_of, strict=True)
+        ]
+        prio_l = [p if lane else 0 for p, lane in zip(prio.tolist(), lane_of, strict=True)]
+        share_l = share.tolist()
+        why = [w + x if x else w for w, x in zip(why, note, strict=True)]
+    else:
+        lane_of, gidx, share_l = [""] * n, [()] * n, [0.0] * n
+        prio_l, conc = [0] * n, [0] * n
+
+    prev = state.previous
+    since = [state.tick] * n
+    if prev:
+        for i, s in enumerate(table.specs):
+            d = prev.get(s.id)
+            if d is not None and d.units == units[i]:
+                since[i] = d.since_tick
+    level_names = [DEGRADATION_ORDER[v] for v in plan.level.tolist()]
+    decisions = tuple(
+        map(
+            Decision,
+            [s.id for s in table.specs],
+            units.tolist(),
+            level_names,
+            plan.predicted_p99_ms.tolist(),
+            plan.slack_ms.tolist(),
+            plan.risk.tolist(),
+            plan.nmu.tolist(),
+            [STATE_NAMES[v] for v in plan.state.tolist()],
+            why,
+            plan.preempted_units.tolist(),
+            sets,
+            nice_l,
+            sched_l,
+            weight_l,
+            cpu_max,
+            lane_of,
+            gidx,
+            share_l,
+            prio_l,
+            conc,
+            since,
+        )
+    )
+    degraded = int(((plan.level > 0) & running).sum())
+    return PlanResult(
+        policy=policy,
+        decisions=decisions,
+        gpu_intent_enabled=gpu_on,
+        contention=cpu_pressure(node),
+        preemptions=plan.preemptions,
+        degradations=degraded,
+    )
