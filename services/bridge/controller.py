@@ -43,6 +43,8 @@ from services.bridge.validation import MissionSpec, UrgentSpec
 
 log = logging.getLogger(__name__)
 
+DELETE_RETRY_S = 2.0  # between attempts to delete an intent the allocator did not take back
+
 
 class AllocatorPort(Protocol):
     address: str
@@ -147,6 +149,9 @@ class RobotBridge:
         self.queue: list[tuple[float, int, UrgentEvent]] = []
         self.active: UrgentEvent | None = None
         self.finished: deque[UrgentEvent] = deque(maxlen=20)
+        # intents whose DeleteIntent failed: an URGENT intent left behind would hold units forever
+        self.undeleted: list[str] = []
+        self._next_delete_retry = 0.0
         self.ticks = 0
         self._seq = 0
         self._resume_started_at: float | None = None
@@ -176,7 +181,7 @@ class RobotBridge:
     def cancel_mission(self) -> Mission:
         with self._lock:
             self.machine.check(
-                Event.CANCEL, f"no running mission to cancel in state {self.machine.state.value}"
+                Event.CANCEL, f"no mission to cancel in state {self.machine.state.value}"
             )
             assert self.mission is not None
             self._end_mission("cancelled")
@@ -221,6 +226,8 @@ class RobotBridge:
 
     def _tick_once(self) -> None:
         self.ticks += 1
+        if self.undeleted and self.clock() >= self._next_delete_retry:
+            self._retry_delete()
         self.metrics.ticks.inc()
         state = self.machine.state
         if state in (State.IDLE, State.COMPLETED):
@@ -334,6 +341,9 @@ class RobotBridge:
             outcome = self.allocator.delete_urgent(event.id)
             event.intent_deleted = outcome.ok
             self._note_allocator("delete", outcome)
+            if not outcome.ok:
+                self.undeleted.append(event.id)
+                self._next_delete_retry = now + DELETE_RETRY_S
         self.finished.appendleft(event)
         self.active = None
         log.info(
@@ -346,6 +356,20 @@ class RobotBridge:
         else:
             self.machine.fire(Event.URGENT_DONE_IDLE)
         self._save("urgent_done")
+
+    def _retry_delete(self) -> None:
+        if self.allocator is None:
+            self.undeleted.clear()
+            return
+        event_id = self.undeleted[0]
+        outcome = self.allocator.delete_urgent(event_id)
+        self._note_allocator("delete", outcome)
+        if outcome.ok:
+            self.undeleted.pop(0)
+            log.info("left-over urgent intent deleted", extra={"intent_id": outcome.intent_id})
+            self._save("intent_deleted")
+        else:
+            self._next_delete_retry = self.clock() + DELETE_RETRY_S
 
     def _load_checkpoint(self) -> None:
         """Resume from what is on disk, not from memory: the same path a restarted bridge takes."""
@@ -410,6 +434,7 @@ class RobotBridge:
             document = self.store.load()
             if document is None:
                 return False
+            self.undeleted = [str(event_id) for event_id in document.get("undeleted", [])]
             events = [UrgentEvent.from_doc(d) for d in document.get("queue", [])]
             if document.get("active"):
                 interrupted = UrgentEvent.from_doc(document["active"])
@@ -474,6 +499,7 @@ class RobotBridge:
             "mission": self.mission.to_doc() if self.mission else None,
             "queue": [event.to_doc() for _, _, event in sorted(self.queue)],
             "active": self.active.to_doc() if self.active else None,
+            "undeleted": list(self.undeleted),
         }
         self.store.save(document, durable=durable)
         if durable:
@@ -499,7 +525,7 @@ class RobotBridge:
                     "handled_locally": bool(self.active and self.active.allocator != "granted"),
                 },
                 "preemption": {"reason": self.preemption_reason},
-                "allocator": dict(self.allocator_status),
+                "allocator": {**self.allocator_status, "undeleted_intents": len(self.undeleted)},
                 "ticks": self.ticks,
                 "tick_ms": self.tick_s * 1000.0,
                 "checkpoint": {"path": str(self.store.path)},

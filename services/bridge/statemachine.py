@@ -32,7 +32,7 @@ class Event(StrEnum):
     STEP = "step"  # the mission advanced one step
     PREEMPT = "preempt"  # an urgent event is pending and the mission may stop here
     COMPLETE = "complete"  # the mission's last step is done
-    CANCEL = "cancel"  # the operator aborted the running mission
+    CANCEL = "cancel"  # the operator aborted the mission (not while an urgent task has the robot)
     CHECKPOINT_SAVED = "checkpoint_saved"  # the checkpoint is durable on disk
     START_URGENT = "start_urgent"  # the most urgent queued event got the robot
     URGENT_STEP = "urgent_step"  # the urgent task did one unit of its work
@@ -52,6 +52,10 @@ TRANSITIONS: dict[tuple[State, Event], State] = {
     (State.RUNNING, Event.PREEMPT): State.CHECKPOINTING,
     (State.RUNNING, Event.COMPLETE): State.COMPLETED,
     (State.RUNNING, Event.CANCEL): State.IDLE,
+    (State.CHECKPOINTING, Event.CANCEL): State.IDLE,
+    (State.PREEMPTED, Event.CANCEL): State.IDLE,
+    (State.RESUMING, Event.CANCEL): State.IDLE,
+    (State.COMPENSATING, Event.CANCEL): State.IDLE,
     (State.CHECKPOINTING, Event.CHECKPOINT_SAVED): State.PREEMPTED,
     (State.PREEMPTED, Event.START_URGENT): State.URGENT_TASK_RUNNING,
     (State.IDLE, Event.START_URGENT): State.URGENT_TASK_RUNNING,

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from services.bridge.allocator_client import AllocatorOutcome, intent_id_for
 from services.bridge.controller import RobotBridge
 from services.bridge.statemachine import TRANSITIONS, Event, IllegalTransition, State
 from services.bridge.validation import MissionSpec, UrgentSpec
@@ -218,6 +219,97 @@ def test_the_urgent_queue_is_bounded(checkpoint_path: Path, clock: Clock) -> Non
         bridge.submit_urgent(urgent(name="c"))
 
 
+def walk_to(bridge: RobotBridge, clock: Clock, target: State) -> None:
+    """Start a mission with one urgent event pending and tick until ``target``."""
+    bridge.start_mission(mission(steps=10, interval=5))
+    bridge.submit_urgent(urgent(work=1))
+    for _ in range(10):
+        if bridge.machine.state is target:
+            return
+        run_ticks(bridge, clock, 1)
+    raise AssertionError(f"never reached {target}")
+
+
+@pytest.mark.parametrize(
+    "target",
+    [State.RUNNING, State.CHECKPOINTING, State.PREEMPTED, State.RESUMING, State.COMPENSATING],
+)
+def test_a_mission_can_be_cancelled_unless_an_urgent_task_has_the_robot(
+    checkpoint_path: Path, clock: Clock, target: State
+) -> None:
+    bridge = make_bridge(checkpoint_path, clock)
+    if target is State.RUNNING:
+        bridge.start_mission(mission())
+    else:
+        walk_to(bridge, clock, target)
+    bridge.cancel_mission()
+    assert bridge.machine.state is State.IDLE
+    assert bridge.mission is not None and bridge.mission.outcome == "cancelled"
+    run_ticks(bridge, clock, 3)  # a pending urgent event still gets the robot, then it idles
+    assert bridge.machine.state in (State.IDLE, State.URGENT_TASK_RUNNING)
+
+
+def test_cancel_is_refused_while_an_urgent_task_runs(checkpoint_path: Path, clock: Clock) -> None:
+    bridge = make_bridge(checkpoint_path, clock)
+    walk_to(bridge, clock, State.URGENT_TASK_RUNNING)
+    with pytest.raises(IllegalTransition) as info:
+        bridge.cancel_mission()
+    assert info.value.state is State.URGENT_TASK_RUNNING
+
+
+class FlakyAllocator:
+    """An AllocatorPort whose deletes fail a given number of times (the gRPC path is tested elsewhere)."""
+
+    address = "flaky"
+
+    def __init__(self, failing_deletes: int) -> None:
+        self.failing_deletes = failing_deletes
+        self.submitted: list[str] = []
+        self.deleted: list[str] = []
+
+    def submit_urgent(self, event_id: str, name: str, deadline_ms: float) -> AllocatorOutcome:
+        self.submitted.append(event_id)
+        return AllocatorOutcome(True, intent_id_for(event_id))
+
+    def delete_urgent(self, event_id: str) -> AllocatorOutcome:
+        if self.failing_deletes > 0:
+            self.failing_deletes -= 1
+            return AllocatorOutcome(
+                False, intent_id_for(event_id), "connection refused", "UNAVAILABLE"
+            )
+        self.deleted.append(event_id)
+        return AllocatorOutcome(True, intent_id_for(event_id))
+
+
+def test_an_intent_the_allocator_did_not_take_back_is_deleted_later_even_after_a_restart(
+    checkpoint_path: Path, clock: Clock
+) -> None:
+    allocator = FlakyAllocator(failing_deletes=2)
+    bridge = make_bridge(checkpoint_path, clock, allocator)
+    event = bridge.submit_urgent(urgent(work=1))
+    run_ticks(bridge, clock, 2)  # start (submit), done (delete fails)
+    assert event.intent_deleted is False and bridge.undeleted == [event.id]
+    assert (
+        sample(
+            bridge,
+            "parfusion_bridge_allocator_failures_total",
+            {"operation": "delete", "reason": "unreachable"},
+        )
+        == 1
+    )
+    restarted = make_bridge(checkpoint_path, clock, allocator)
+    restarted.restore()
+    assert restarted.undeleted == [event.id]
+    run_ticks(restarted, clock, 1)  # retried at once after the restart: fails again
+    assert allocator.failing_deletes == 0 and restarted.undeleted == [event.id]
+    run_ticks(restarted, clock, 1)  # next retry not due for 2 s
+    assert not allocator.deleted
+    clock.advance(2.0)
+    run_ticks(restarted, clock, 1)
+    assert allocator.deleted == [event.id] and not restarted.undeleted
+    assert restarted.snapshot()["allocator"]["undeleted_intents"] == 0
+
+
 def test_cancel_only_from_running(checkpoint_path: Path, clock: Clock) -> None:
     bridge = make_bridge(checkpoint_path, clock)
     with pytest.raises(IllegalTransition):
@@ -304,6 +396,12 @@ def test_the_scenarios_together_exercise_every_row_of_the_table(
     bridge.start_mission(mission(steps=10, interval=5))  # from COMPLETED
     run_ticks(bridge, clock, 2)
     bridge.cancel_mission()
+
+    for target in (State.CHECKPOINTING, State.PREEMPTED, State.RESUMING, State.COMPENSATING):
+        cancelled = make_bridge(tmp_path / f"cancel-{target.value}.json", clock)
+        record_rows(cancelled, rows)
+        walk_to(cancelled, clock, target)
+        cancelled.cancel_mission()
 
     restart_path = tmp_path / "restart.json"
     crashed = make_bridge(restart_path, clock)
