@@ -1,0 +1,107 @@
+"""Urgent events against the real AllocatorService (in process, real gRPC, its SQLite store)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from starlette.testclient import TestClient
+
+from parfusion.v1 import allocator_pb2, allocator_pb2_grpc, intent_pb2
+from services.bridge.app import create_app
+from services.bridge.controller import DELETE_RETRY_S
+from services.common.clients import channel
+from services.common.config import build_settings
+from tests.bridge.conftest import Clock
+from tests.conftest import free_port
+
+server = pytest.importorskip("services.allocator.server")
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def allocator(home: Path) -> Iterator[Any]:
+    settings = build_settings("allocator", overrides={"port": 0, "seed_intents": False}, env={})
+    running = server.start_allocator(settings, port=0, start_loop=False)
+    yield running
+    running.stop(grace=0.2)
+
+
+def urgent_intents(address: str) -> list[Any]:
+    ch = channel(address)
+    try:
+        stub = allocator_pb2_grpc.AllocatorServiceStub(ch)
+        request = allocator_pb2.ListIntentsRequest(workload_class=intent_pb2.WORKLOAD_CLASS_URGENT)
+        # wait_for_ready: after an outage gRPC's shared subchannel may still be in reconnect backoff
+        return list(stub.ListIntents(request, timeout=5.0, wait_for_ready=True).intents)
+    finally:
+        ch.close()
+
+
+def test_the_urgent_intent_lives_in_the_allocator_exactly_while_the_task_runs(
+    allocator: Any,
+) -> None:
+    settings = build_settings(
+        "bridge",
+        overrides={
+            "background_ticker": False,
+            "allocator_address": allocator.address,
+            "ros2": "off",
+        },
+        env={},
+    )
+    with TestClient(create_app(settings)) as client:
+        client.post("/api/mission", json={"steps": 10, "safe_point_interval": 5})
+        client.post("/api/urgent", json={"name": "fall-detected", "deadline_ms": 3_000, "work": 2})
+        assert urgent_intents(allocator.address) == []
+        state = client.post("/api/tick", json={"ticks": 3}).json()
+        assert state["state"] == "URGENT_TASK_RUNNING"
+        assert state["urgent"]["active"]["allocator"] == "granted", state["allocator"]
+        stored = urgent_intents(allocator.address)
+        assert len(stored) == 1
+        assert stored[0].name == "fall-detected" and stored[0].slo.deadline_ms == 3_000
+        assert not stored[0].preemptible
+        state = client.post("/api/tick", json={"ticks": 2}).json()
+        assert state["state"] == "PREEMPTED"
+        assert state["urgent"]["recent"][0]["intent_deleted"] is True
+        assert urgent_intents(allocator.address) == []
+        assert client.post("/api/tick", json={"ticks": 13}).json()["state"] == "COMPLETED"
+
+
+@pytest.mark.slow  # waits out gRPC's reconnect backoff after the outage
+def test_an_allocator_that_stops_mid_task_leaves_no_intent_behind_once_it_is_back(
+    home: Path,
+) -> None:
+    port = free_port()
+    settings = build_settings("allocator", overrides={"port": port, "seed_intents": False}, env={})
+    first = server.start_allocator(settings, port=port, start_loop=False)
+    bridge_settings = build_settings(
+        "bridge",
+        overrides={
+            "background_ticker": False,
+            "allocator_address": f"127.0.0.1:{port}",
+            "allocator_retry_ms": 200,
+            "ros2": "off",
+        },
+        env={},
+    )
+    clock = Clock()
+    with TestClient(create_app(bridge_settings, clock=clock)) as client:
+        client.post("/api/urgent", json={"name": "fall-detected", "deadline_ms": 3_000, "work": 1})
+        assert client.post("/api/tick").json()["urgent"]["active"]["allocator"] == "granted"
+        first.stop(grace=0.2)
+        state = client.post("/api/tick").json()
+        assert state["urgent"]["recent"][0]["intent_deleted"] is False
+        assert state["allocator"]["undeleted_intents"] == 1
+        second = server.start_allocator(settings, port=port, start_loop=False)  # same SQLite store
+        try:
+            assert len(urgent_intents(second.address)) == 1
+            clock.advance(DELETE_RETRY_S)
+            state = client.post("/api/tick").json()
+            assert state["allocator"]["undeleted_intents"] == 0
+            assert urgent_intents(second.address) == []
+        finally:
+            second.stop(grace=0.2)
