@@ -32,7 +32,7 @@ class LaneLoadSource(Protocol):
     """Contract: pure reading, cheap (called on every telemetry request), no device invention.
 
     ``lane_share_percent`` is the share the active GPU plan gives each lane (sum over its
-    intents, per GPU). The result's ``backend`` names the source ("nvml", "modeled", ...).
+    intents, in percent of one GPU: a four-GPU lane holds up to 400). The result's ``backend`` names the source ("nvml", "modeled", ...).
     """
 
     name: str

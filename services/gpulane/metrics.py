@@ -12,7 +12,7 @@ LANE_AVAILABLE = Gauge(
 )
 LANE_SHARE_PERCENT = Gauge(
     "parfusion_gpulane_lane_share_percent",
-    "GPU share the active plan allocates on the lane (per GPU, percent)",
+    "GPU share the active plan allocates on the lane, percent of one GPU (a 4-GPU lane holds 400)",
     ["lane"],
 )
 GPU_UTILIZATION_RATIO = Gauge(

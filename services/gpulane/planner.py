@@ -2,8 +2,11 @@
 
 Pure: the plan, the resolved lanes, the stream-priority range and the board names come in;
 placements come out. For each assignment it picks the lane and the GPUs of that lane that are
-present, turns the share into an MPS percentage, maps the logical stream priority into the
-device range and suggests a MIG slice where the share fits one closely. A plan whose policy
+present, packs the share onto them, turns it into a per-GPU MPS percentage, maps the logical
+stream priority into the device range and suggests a MIG slice where the share fits one
+closely. A share is in the allocator's lane units, percent of one GPU (a four-GPU lane has
+400): an intent gets the fewest GPUs that hold it, the ones with the most share left, and the
+same percentage on each. A plan whose policy
 disables GPU intent (no-gpuintent, no-crosslayer, baseline...) leaves every GPU setting at
 its default: full device, default stream priority, default concurrency, no slice.
 """
@@ -27,7 +30,7 @@ class LanePlacement:
     intent_name: str
     lane: str
     gpu_indexes: tuple[int, ...]  # present GPUs only
-    share_percent: float
+    share_percent: float  # per GPU: the MPS active thread percentage on each of gpu_indexes
     logical_priority: int
     cuda_stream_priority: int
     concurrency: int
@@ -38,6 +41,7 @@ class LanePlacement:
     at_defaults: bool
     # The lane's configured GPUs, for a labelled reference-profile preview when absent here.
     reference_indexes: tuple[int, ...] = ()
+    total_share_percent: float = 0.0  # lane units (percent of one GPU) the intent holds
 
 
 def validate_plan(plan: intent_pb2.GpuPlan) -> None:
@@ -87,6 +91,23 @@ def _pick_gpus(
     return present, wanted, reason
 
 
+def _pack(
+    candidates: tuple[int, ...], units: float, left: dict[int, float]
+) -> tuple[tuple[int, ...], float, str]:
+    """(GPUs, per-GPU percent, note): the fewest GPUs that hold ``units``, most share left first."""
+    capacity = 100.0 * len(candidates)
+    note = ""
+    if units > capacity + 1e-9:
+        note = f"share {units:g}% is more than {len(candidates)} GPU(s); capped at 100% per GPU"
+        units = capacity
+    k = max(1, min(len(candidates), math.ceil(units / 100.0 - 1e-9)))
+    chosen = sorted(candidates, key=lambda g: (-left.get(g, 100.0), g))[:k]
+    per_gpu = units / k
+    for g in chosen:
+        left[g] = left.get(g, 100.0) - per_gpu
+    return tuple(sorted(chosen)), per_gpu, note
+
+
 def place(
     plan: intent_pb2.GpuPlan,
     lanes: tuple[LaneView, ...],
@@ -95,6 +116,7 @@ def place(
 ) -> tuple[LanePlacement, ...]:
     validate_plan(plan)
     placements = []
+    left: dict[int, float] = {}  # share left per GPU (present or, for previews, reference)
     for a in plan.assignments:
         view, lane_error = _pick_lane(a.lane, lanes)
         if view is None or lane_error:
@@ -127,10 +149,13 @@ def place(
                 )
             )
             continue
-        share = min(100.0, a.share_percent)  # per GPU: MPS limits each device to 100 %
-        if a.share_percent > 100.0:
-            reason = _join(reason, f"share {a.share_percent:g}% capped at 100% per GPU")
-        names = {device_names.get(i, "") for i in (present or reference)}
+        if present:
+            gpus, share, note = _pack(present, a.share_percent, left)
+            packed_reference = reference
+        else:  # nothing runs here; pack the reference GPUs so a labelled preview is exact
+            packed_reference, share, note = _pack(reference, a.share_percent, left)
+            gpus = ()
+        names = {device_names.get(i, "") for i in (gpus or packed_reference)}
         profiles = mig.profiles_for(names.pop()) if len(names) == 1 else ()
         suggestion = mig.suggest_profile(share, a.memory_limit_bytes, profiles)
         placements.append(
@@ -138,17 +163,18 @@ def place(
                 intent_id=a.intent_id,
                 intent_name=a.intent_name,
                 lane=view.name,
-                gpu_indexes=present,
+                gpu_indexes=gpus,
                 share_percent=share,
                 logical_priority=a.stream_priority,
                 cuda_stream_priority=map_priority(a.stream_priority, priority_range),
                 concurrency=a.concurrency,
                 memory_limit_bytes=a.memory_limit_bytes,
                 mig_profile=suggestion.name if suggestion else "",
-                available=bool(present),
-                reason=reason,
+                available=bool(gpus),
+                reason=_join(reason, note),
                 at_defaults=False,
-                reference_indexes=reference,
+                reference_indexes=packed_reference,
+                total_share_percent=min(a.share_percent, 100.0 * len(gpus or packed_reference)),
             )
         )
     return tuple(placements)
@@ -177,9 +203,9 @@ def _unplaced(a: intent_pb2.GpuAssignment, lane: str, reason: str) -> LanePlacem
 
 
 def lane_shares(placements: tuple[LanePlacement, ...]) -> dict[str, float]:
-    """Allocated share per lane: per-GPU share summed over the lane's intents (GPU intent only)."""
+    """Allocated share per lane, in lane units (percent of one GPU), GPU-intent plans only."""
     shares: dict[str, float] = {}
     for p in placements:
-        if p.lane and not p.at_defaults:
-            shares[p.lane] = shares.get(p.lane, 0.0) + p.share_percent
+        if p.lane and not p.at_defaults and p.available:
+            shares[p.lane] = shares.get(p.lane, 0.0) + p.total_share_percent
     return shares

@@ -163,12 +163,13 @@ def _mig_commands(
     for p, gpus, label in active:
         if not p.mig_profile:
             continue
-        gpu = gpus[0]
         prefix = label + f"MIG suggestion for {p.intent_name or p.intent_id} ({p.mig_profile}): "
-
-        steps = [(mig.lookup_argv(gpu), f"read the profile id of {p.mig_profile} at run time")]
-        steps += mig.create_argvs(gpu, p.mig_profile, mig_ids.get((gpu, p.mig_profile)))
-        steps += mig.teardown_argvs(gpu)
+        steps: list[tuple[list[str], str]] = []
+        for gpu in gpus:
+            lookup = f"read the profile id of {p.mig_profile} at run time"
+            steps.append((mig.lookup_argv(gpu), lookup))
+            steps += mig.create_argvs(gpu, p.mig_profile, mig_ids.get((gpu, p.mig_profile)))
+            steps += mig.teardown_argvs(gpu)
         for argv, purpose in steps:
             out.append(
                 CommandSpec(tuple(argv), prefix + purpose, intent_id=p.intent_id, kind="mig")

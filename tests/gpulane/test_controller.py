@@ -100,8 +100,8 @@ def test_apply_without_nvml_refuses(tmp_path: Path) -> None:
 
 def test_config_apply_mode_refuses_busy_gpu(tmp_path: Path) -> None:
     runner = RecordingRunner()
-    c = controller(tmp_path, h200_node(gpu3=FakeGpu(utilization=80, pids=[999])), "apply", runner)
-    with pytest.raises(FailedPrecondition, match=r"GPU 3 runs compute processes \(pid 999\)"):
+    c = controller(tmp_path, h200_node(gpu2=FakeGpu(utilization=80, pids=[999])), "apply", runner)
+    with pytest.raises(FailedPrecondition, match=r"GPU 2 runs compute processes \(pid 999\)"):
         c.apply(apply_req(demo_plan()))
     assert runner.calls == []
     # an explicit dry run still previews and records

@@ -35,14 +35,14 @@ def test_mps_lines_follow_the_control_grammar() -> None:
     preview = _preview()
     mps = [c for c in preview.commands if c.argv and c.argv[0] == "nvidia-cuda-mps-control"]
     assert mps[0].argv == ("nvidia-cuda-mps-control", "-d")
-    assert mps[0].env["CUDA_VISIBLE_DEVICES"] == "0,1,2,3,4,5,6,7"
+    assert mps[0].env["CUDA_VISIBLE_DEVICES"] == "0,2,6,7"  # the GPUs the plan uses
     for c in mps[1:]:
         assert MPS_LINE.match(c.stdin), c.stdin
     stdin = [c.stdin for c in mps]
     # the daemon default is the largest share; each client tightens to its own
     assert "set_default_active_thread_percentage 57\n" in stdin
-    assert "set_default_device_pinned_mem_limit 0 8G\n" in stdin
-    assert "set_default_device_pinned_mem_limit 2 16G\n" in stdin
+    assert "set_default_device_pinned_mem_limit 0 8G\n" in stdin  # GPU 0, daemon ordinal 0
+    assert "set_default_device_pinned_mem_limit 1 16G\n" in stdin  # GPU 2, daemon ordinal 1
     assert stdin.index("get_server_list\n") < stdin.index(
         "set_active_thread_percentage <server-pid from get_server_list> 57\n"
     )
@@ -50,12 +50,21 @@ def test_mps_lines_follow_the_control_grammar() -> None:
 
 def test_client_environment_per_intent() -> None:
     envs = {c.intent_id: c.env for c in _preview().commands if c.kind == "env"}
-    assert envs["chat"]["CUDA_VISIBLE_DEVICES"] == "0,1"
+    assert envs["chat"]["CUDA_VISIBLE_DEVICES"] == "0"
     assert envs["chat"]["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "40"
-    assert envs["chat"]["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=8G,1=8G"
+    assert envs["chat"]["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=8G"
     assert envs["chat"]["PARFUSION_CUDA_STREAM_PRIORITY"] == "-5"
     assert envs["train"]["PARFUSION_CUDA_STREAM_PRIORITY"] == "0"
-    assert envs["train"]["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=16G,1=16G,2=16G,3=16G"
+    assert envs["train"]["CUDA_VISIBLE_DEVICES"] == "2"
+
+
+def test_multi_gpu_intent_env_lists_every_ordinal() -> None:
+    plan = demo_plan()
+    plan.assignments[1].share_percent = 300.0
+    envs = {c.intent_id: c.env for c in _preview(plan=plan).commands if c.kind == "env"}
+    assert envs["train"]["CUDA_VISIBLE_DEVICES"] == "2,3,4"
+    assert envs["train"]["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "100"
+    assert envs["train"]["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=16G,1=16G,2=16G"
 
 
 def test_mig_lookup_then_create_then_dci_before_dgi() -> None:
@@ -101,4 +110,4 @@ def test_reference_commands_never_mix_with_present_gpus() -> None:
     assert preview.commands
     assert all(REFERENCE_LABEL not in c.purpose for c in preview.commands)
     assert {c.intent_id for c in preview.commands if c.kind == "env"} == {"chat"}
-    assert preview.commands[0].env["CUDA_VISIBLE_DEVICES"] == "0,1"
+    assert preview.commands[0].env["CUDA_VISIBLE_DEVICES"] == "0"
