@@ -51,7 +51,10 @@ JSON = "application/json"
 
 
 def build_extender(settings: ServiceSettings) -> Extender:
-    view = ClusterView()
+    config = ScoringConfig(
+        dmug=DmugConfig(risk_threshold=settings.get_float("risk_threshold", 0.5))
+    )
+    view = ClusterView(dmug=config.dmug)
     if settings.get_bool("sample_nodes", False):
         view.learn(
             [protocol.NodeHead(**_head_fields(n)) for n in sample_node_objects()], source="sample"
@@ -60,10 +63,6 @@ def build_extender(settings: ServiceSettings) -> Extender:
         settings.get_str("kube_api", "standalone"),
         settings.get_str("kubeconfig", ""),
         settings.get_float("api_timeout_s", 5.0),
-    )
-    config = ScoringConfig(
-        risk_threshold=settings.get_float("risk_threshold", 0.5),
-        dmug=DmugConfig(),
     )
     return Extender(view, config, api, ExtenderMetrics())
 

@@ -21,7 +21,8 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from services.allocator.model import IntentSpec, LaneCapacity, NodeState
+from services.allocator.model import DmugConfig, IntentSpec, LaneCapacity, NodeState
+from services.allocator.placement import NodeView, view_of
 
 from .protocol import NodeHead
 
@@ -57,19 +58,13 @@ class NodeRecord:
     source: str = "request"  # request, api, sample, telemetry
     residents: tuple[IntentSpec, ...] = ()
     telemetry_at: float | None = None
-    used_units: int = 0  # sum of the residents' guaranteed (min) units
-    lane_used: tuple[tuple[str, float], ...] = ()  # share units the residents hold per lane
+    # derived in ClusterView._merge from the residents:
+    free_lane_units: Mapping[str, float] = field(default_factory=dict)  # lanes with GPUs present
+    placement: NodeView | None = None  # D-MUG's view: units the residents are committed to
 
-    @property
-    def free_units(self) -> int:
-        return self.cpu_units - self.used_units
-
-    def lane_free(self, name: str) -> float:
-        lane = self.lane(name)
-        if lane is None or not lane.available:
-            return 0.0
-        used = dict(self.lane_used).get(name, 0.0)
-        return lane.share_units - used
+    def lane_free(self, name: str) -> float | None:
+        """Share units free on a lane with GPUs present; None when the lane is not there."""
+        return self.free_lane_units.get(name)
 
     @property
     def state(self) -> NodeState:
@@ -140,6 +135,7 @@ class Binding:
 class ClusterView:
     """Thread-safe store of node records; reads are lock-free snapshots of immutable records."""
 
+    dmug: DmugConfig = field(default_factory=DmugConfig)
     max_bindings: int = 10_000
     _objects: dict[str, NodeRecord] = field(default_factory=dict)
     _telemetry: dict[str, NodeTelemetry] = field(default_factory=dict)
@@ -217,18 +213,12 @@ class ClusterView:
                 lanes=tel.lanes if tel.lanes is not None else rec.lanes,
                 telemetry_at=tel.observed_at,
             )
-        lane_used: dict[str, float] = {}
+        free = {lane.name: float(lane.share_units) for lane in rec.lanes if lane.available}
         for intent in residents:
-            if intent.gpu_share > 0 and intent.gpu_lane:
-                lane_used[intent.gpu_lane] = (
-                    lane_used.get(intent.gpu_lane, 0.0) + intent.gpu_share * SHARE_UNITS_PER_GPU
-                )
-        self._merged[name] = replace(
-            rec,
-            residents=residents,
-            used_units=sum(i.min_units for i in residents),
-            lane_used=tuple(sorted(lane_used.items())),
-        )
+            if intent.gpu_share > 0 and intent.gpu_lane in free:
+                free[intent.gpu_lane] -= intent.gpu_share * SHARE_UNITS_PER_GPU
+        rec = replace(rec, residents=residents, free_lane_units=free)
+        self._merged[name] = replace(rec, placement=view_of(rec.state, residents, {}, self.dmug))
 
     # --- readers ---------------------------------------------------------------------------
 
@@ -266,6 +256,8 @@ class ClusterView:
                     "schedulable": r.schedulable,
                     "contention": round(r.contention, 4),
                     "lanes": {lane.name: len(lane.gpu_indexes) for lane in r.lanes},
+                    "free_lane_units": dict(r.free_lane_units),
+                    "free_units": r.placement.free_units if r.placement else r.cpu_units,
                     "residents": [i.id for i in r.residents],
                     "source": r.source,
                     "telemetry_age_s": None

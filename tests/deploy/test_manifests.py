@@ -70,7 +70,7 @@ def _workloads() -> dict[str, dict[str, Any]]:
 
 def test_every_service_runs_with_the_tables_command_and_ports() -> None:
     containers: dict[str, tuple[str, dict[str, Any]]] = {}
-    for name, workload in _workloads().items():
+    for workload in _workloads().values():
         for c in workload["spec"]["template"]["spec"]["containers"]:
             containers[c["name"]] = (workload["kind"], c)
     for spec in SERVICES:

@@ -43,7 +43,7 @@ def test_filter_nodelist_mode_keeps_lane_nodes_and_gives_reasons(client: TestCli
     assert reply["Nodes"]["items"][0] == nodes[0]  # passed through unchanged
     assert reply["NodeNames"] is None and reply["Error"] == ""
     assert set(reply["FailedAndUnresolvableNodes"]) == {"cpu-node-c", "edge-node-d"}
-    assert "lane 'online'" in reply["FailedAndUnresolvableNodes"]["cpu-node-c"]
+    assert "lane online not present" in reply["FailedAndUnresolvableNodes"]["cpu-node-c"]
 
 
 def test_nodenames_mode_uses_nodes_learned_from_earlier_lists(client: TestClient) -> None:
