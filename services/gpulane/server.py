@@ -70,6 +70,7 @@ def build(settings: ServiceSettings) -> tuple[list[Registration], list[Callable[
     workers = GpuLoadWorkers(settings)
     controller = build_controller(settings, own_pids=workers.pids)
     workers.start(controller)
+    controller.telemetry()  # first NVML read: the nvml/lane gauges are right from the start
     servicer = GpuLaneServicer(controller)
     registration = (gpulane_pb2_grpc.add_GpuLaneServiceServicer_to_server, servicer, SERVICE_NAME)
     return [registration], [workers.stop]

@@ -118,9 +118,16 @@ def test_service_process_becomes_healthy_without_gpu(home: Path) -> None:
             telemetry = stub.GetGpuTelemetry(
                 gpulane_pb2.GetGpuTelemetryRequest(), timeout=5
             ).telemetry
+        body = (
+            urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5)
+            .read()
+            .decode()
+        )
         if not telemetry.nvml_available:
             assert list(telemetry.devices) == []
             assert all(not lane.available for lane in telemetry.lanes)
+            assert "parfusion_gpulane_nvml_available 0.0" in body
+            assert 'parfusion_gpulane_lane_available{lane="online"} 0.0' in body
     finally:
         proc.terminate()
         try:
