@@ -256,3 +256,22 @@ def test_background_ticker_moves_the_robot_without_tick_calls(home: Path) -> Non
             time.sleep(0.02)
             state = client.get("/api/state").json()
         assert state["state"] == "COMPLETED" and state["background_ticker"] is True
+
+
+def test_oversized_bodies_get_413(home: Path) -> None:
+    with TestClient(create_app(settings_for(max_body_bytes=64))) as client:
+        response = client.post("/api/mission", json={"steps": 3, "name": "x" * 100})
+        assert response.status_code == 413
+        assert client.get("/api/state").json()["state"] == "IDLE"
+
+
+def test_a_restored_mission_can_be_dropped_before_it_resumes(home: Path) -> None:
+    with TestClient(create_app(settings_for())) as client:
+        client.post("/api/mission", json={"steps": 20})
+        tick(client, 3)
+    with TestClient(create_app(settings_for())) as client:
+        assert client.post("/api/mission", json={"steps": 5}).json()["state"] == "RESUMING"
+        assert client.delete("/api/mission").json()["state"] == "IDLE"
+        assert client.post("/api/mission", json={"steps": 5}).status_code == 201
+    with TestClient(create_app(settings_for())) as client:  # the new mission is the one restored
+        assert client.get("/api/state").json()["mission"]["spec"]["steps"] == 5
