@@ -45,6 +45,10 @@ def run_gpu_corun(
     os.environ["CUDA_VISIBLE_DEVICES"] = str(gpu)
     cfg = CorunConfig(phase_seconds=seconds / 3.0)
     ops = load_ops(runtime, 0, cfg.online_hidden, cfg.online_layers, cfg.batch_n)
+    try:
+        ops.priority_range()
+    except RuntimeError as exc:  # a CuPy without the query: no priorities, no meaningful run
+        return REFUSED, f"GPU co-run cannot read the stream priority range: {exc}", {}
     measured = run_corun(ops, cfg)
     result: dict[str, Any] = {
         "benchmark": "gpu-corun",
