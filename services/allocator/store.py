@@ -15,13 +15,15 @@ uses it to invalidate its cached intent list.
 
 from __future__ import annotations
 
+import collections
 import logging
-import queue
 import sqlite3
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -117,12 +119,11 @@ class IntentStore:
             intent = intent_pb2.ResourceIntent.FromString(body)
             self._mirror[intent.id] = StoredIntent(seq, intent)
             self._content[intent.id] = content
-        self._ops: queue.SimpleQueue[_Op | None] = queue.SimpleQueue()
+        self._ops: collections.deque[_Op] = collections.deque()
+        self._leader = threading.Lock()  # held by the caller committing the current group
         self._closed = False
-        self._writer = threading.Thread(
-            target=self._write_loop, name="intent-store-writer", daemon=True
-        )
-        self._writer.start()
+        self.commits = 0  # transactions committed (ops / commits = mean group size)
+        self.committed_ops = 0
         log.info(
             "intent store open",
             extra={
@@ -195,36 +196,38 @@ class IntentStore:
         if self._closed:
             return
         self._closed = True
-        self._ops.put(None)
-        self._writer.join(timeout=5)
+        with self._leader:  # let the group in flight finish
+            self._drain()
         with self._db_lock:
             self._db.close()
 
     def _run(self, op: _Op) -> object:
+        """Group commit without a writer thread: the caller that finds no commit running leads,
+        committing every op queued so far in one transaction; callers that arrive meanwhile
+        queue up and are committed by the leader's next round (or lead the next group)."""
         if self._closed:
             raise FailedPrecondition("intent store is closed")
-        self._ops.put(op)
+        self._ops.append(op)
+        while not op.future.done():
+            if self._leader.acquire(blocking=False):
+                try:
+                    self._drain()
+                finally:
+                    self._leader.release()
+            else:
+                try:
+                    # The leader resolves this op, or releases and this caller leads next.
+                    op.future.result(timeout=0.002)
+                except FutureTimeout:
+                    pass
         return op.future.result()
 
-    def _write_loop(self) -> None:
-        while True:
-            first = self._ops.get()
-            if first is None:
-                return
-            batch = [first]
-            stop = False
-            while len(batch) < MAX_BATCH:
-                try:
-                    nxt = self._ops.get_nowait()
-                except queue.Empty:
-                    break
-                if nxt is None:
-                    stop = True
-                    break
-                batch.append(nxt)
+    def _drain(self) -> None:
+        while self._ops:
+            batch: list[_Op] = []
+            while self._ops and len(batch) < MAX_BATCH:
+                batch.append(self._ops.popleft())
             self._commit(batch)
-            if stop:
-                return
 
     def _commit(self, batch: list[_Op]) -> None:
         """One transaction for the whole batch; futures resolve only after COMMIT."""
@@ -257,6 +260,8 @@ class IntentStore:
                         self._content[intent_id] = content or b""
                 if mirror_changes:
                     self.version += 1
+                self.commits += 1
+                self.committed_ops += len(batch)
         except Exception as exc:
             log.exception("intent store commit failed", extra={"batch": len(batch)})
             try:
@@ -333,6 +338,4 @@ class IntentStore:
 
 
 def _now_ns() -> int:
-    import time
-
     return time.time_ns()

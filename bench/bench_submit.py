@@ -1,0 +1,286 @@
+"""SubmitIntent throughput and p99 beside an empty unary RPC, measured by the same harness.
+
+The allocator runs in a child process (its own interpreter, so client and server do not share
+a GIL) with a trivial ``parfusion.bench.Empty/Ping`` method registered on the same server,
+behind the same interceptor. The same client (one channel, N threads of blocking calls) drives
+each method for the same time at the same concurrency. SubmitIntent goes through validation
+and the durable, group-committed SQLite store: a reply means the intent is committed.
+
+    .venv/bin/python bench/bench_submit.py                  # 16 concurrent callers, 5 s each
+    .venv/bin/python bench/bench_submit.py --synchronous full --concurrency 32 --seconds 10
+
+The control loop is not started in the server (``--with-loop`` starts it): with tens of
+thousands of intents piling up, its ticks would measure D-MUG rather than the submit path.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import grpc  # noqa: E402
+
+from parfusion.v1 import allocator_pb2, intent_pb2  # noqa: E402
+
+EMPTY_METHOD = "/parfusion.bench.Empty/Ping"
+
+
+def serve(port: int, synchronous: str, with_loop: bool) -> None:
+    from services.allocator.server import build_allocator
+    from services.common.config import build_settings
+    from services.common.grpc_server import start_grpc_server
+
+    settings = build_settings(
+        "allocator",
+        overrides={
+            "port": port,
+            "seed_intents": False,
+            "nodeagent_address": "",
+            "gpulane_address": "",
+            "db_synchronous": synchronous,
+        },
+    )
+    registrations, hooks, handle = build_allocator(settings, start_loop=with_loop)
+
+    def add_empty(_servicer: object, server: grpc.Server) -> None:
+        handler = grpc.unary_unary_rpc_method_handler(lambda request, context: b"")
+        server.add_generic_rpc_handlers(
+            (grpc.method_handlers_generic_handler("parfusion.bench.Empty", {"Ping": handler}),)
+        )
+
+    registrations.append((add_empty, None, "parfusion.bench.Empty"))
+    running = start_grpc_server(registrations, port=port)
+    for hook in hooks:
+        running.on_stop(hook)
+    done = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: done.set())
+    sys.stdout.write(f"ready {running.port} {handle.store.path}\n")
+    sys.stdout.flush()
+    done.wait()
+    sys.stderr.write(
+        f"group commit: {handle.store.committed_ops} ops in {handle.store.commits} transactions\n"
+    )
+    running.stop(0.5)
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a process, from /proc (Linux), in seconds."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def drive(
+    call: object, make_request: object, seconds: float, concurrency: int, server_pid: int = 0
+) -> dict[str, float]:
+    """N threads call back to back for ``seconds``; returns rate and latency percentiles."""
+    latencies: list[list[float]] = [[] for _ in range(concurrency)]
+    errors = [0] * concurrency
+    stop_at = time.perf_counter() + seconds
+    start_gate = threading.Barrier(concurrency + 1)
+
+    def worker(k: int) -> None:
+        own = latencies[k]
+        counter = 0
+        start_gate.wait()
+        while True:
+            t0 = time.perf_counter()
+            if t0 >= stop_at:
+                return
+            try:
+                call(make_request(k, counter), timeout=10)  # type: ignore[operator]
+            except grpc.RpcError:
+                errors[k] += 1
+            own.append(time.perf_counter() - t0)
+            counter += 1
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(concurrency)]
+    for t in threads:
+        t.start()
+    begin = time.perf_counter()
+    server_cpu0, client_cpu0 = cpu_seconds(server_pid), time.process_time()
+    start_gate.wait()
+    for t in threads:
+        t.join()
+    elapsed = time.perf_counter() - begin
+    server_cpu, client_cpu = (
+        cpu_seconds(server_pid) - server_cpu0,
+        time.process_time() - client_cpu0,
+    )
+    flat = sorted(x for own in latencies for x in own)
+    n = len(flat)
+
+    def pct(p: float) -> float:
+        return flat[min(n - 1, int(p / 100 * n))] * 1000 if n else 0.0
+
+    return {
+        "calls": n,
+        "errors": sum(errors),
+        "rate_per_s": n / elapsed,
+        "p50_ms": pct(50),
+        "p99_ms": pct(99),
+        "server_cpu_us_per_call": server_cpu / n * 1e6 if n else 0.0,
+        "client_cpu_us_per_call": client_cpu / n * 1e6 if n else 0.0,
+    }
+
+
+def submit_requests(run: str, concurrency: int, per_worker: int) -> object:
+    """Requests built before the clock starts, so the client's own proto building is not timed
+    (the empty RPC has nothing to build either); every one carries a fresh client-chosen id."""
+    prebuilt = [
+        [
+            allocator_pb2.SubmitIntentRequest(
+                intent=intent_pb2.ResourceIntent(
+                    id=f"bench-{run}-{k}-{i}",
+                    name=f"bench-{k}-{i}",
+                    workload_class=intent_pb2.WORKLOAD_CLASS_ONLINE,
+                    slo=intent_pb2.Slo(deadline_ms=50),
+                    parallelism=intent_pb2.Parallelism(min=1, max=4),
+                    speedup=intent_pb2.Speedup(parallel_fraction=0.9, base_service_ms=10),
+                    demand=intent_pb2.Demand(arrival_rate_per_s=20),
+                )
+            )
+            for i in range(per_worker)
+        ]
+        for k in range(concurrency)
+    ]
+
+    def make(k: int, i: int) -> allocator_pb2.SubmitIntentRequest:
+        if i >= per_worker:
+            raise RuntimeError("prebuilt requests exhausted: raise --max-rate")
+        return prebuilt[k][i]
+
+    return make
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--seconds", type=float, default=5.0, help="measured seconds per method (default 5)"
+    )
+    parser.add_argument(
+        "--warmup", type=float, default=1.0, help="unmeasured seconds per method first (default 1)"
+    )
+    parser.add_argument(
+        "--concurrency", type=int, default=16, help="concurrent callers (default 16)"
+    )
+    parser.add_argument(
+        "--synchronous",
+        choices=("normal", "full"),
+        default="normal",
+        help="SQLite synchronous level",
+    )
+    parser.add_argument(
+        "--with-loop", action="store_true", help="also run the control loop in the server"
+    )
+    parser.add_argument(
+        "--max-rate", type=float, default=20000.0, help="requests/s to prebuild for (default 20000)"
+    )
+    parser.add_argument("--json", type=Path, help="also write the figures to this file")
+    parser.add_argument("--serve", type=int, help=argparse.SUPPRESS)
+    ns = parser.parse_args(argv)
+    if ns.serve is not None:
+        serve(ns.serve, ns.synchronous, ns.with_loop)
+        return 0
+    with tempfile.TemporaryDirectory(prefix="parfusion-bench-") as home:
+        (Path(home) / "configs").symlink_to(ROOT / "configs")
+        env = {
+            **os.environ,
+            "PARFUSION_HOME": home,
+            "PARFUSION_LOG_LEVEL": "WARNING",
+            "PYTHONPATH": os.pathsep.join(
+                p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p
+            ),
+        }
+        env.pop("PARFUSION_API_TOKEN", None)
+        cmd = [sys.executable, __file__, "--serve", "0", "--synchronous", ns.synchronous] + (
+            ["--with-loop"] if ns.with_loop else []
+        )
+        server = subprocess.Popen(cmd, cwd=home, env=env, stdout=subprocess.PIPE, text=True)
+        try:
+            line = server.stdout.readline().split() if server.stdout else []
+            if not line or line[0] != "ready":
+                sys.stderr.write("server did not start\n")
+                return 1
+            address = f"127.0.0.1:{line[1]}"
+            with grpc.insecure_channel(address) as ch:
+                empty = ch.unary_unary(
+                    EMPTY_METHOD, request_serializer=None, response_deserializer=None
+                )
+                submit = ch.unary_unary(
+                    "/parfusion.v1.AllocatorService/SubmitIntent",
+                    request_serializer=allocator_pb2.SubmitIntentRequest.SerializeToString,
+                    response_deserializer=allocator_pb2.SubmitIntentResponse.FromString,
+                )
+                drive(empty, lambda k, i: b"", ns.warmup, ns.concurrency)
+                empty_result = drive(
+                    empty, lambda k, i: b"", ns.seconds, ns.concurrency, server.pid
+                )
+                per_worker = int(ns.max_rate * max(ns.seconds, ns.warmup) / ns.concurrency) + 1
+                drive(
+                    submit,
+                    submit_requests("warm", ns.concurrency, per_worker),
+                    ns.warmup,
+                    ns.concurrency,
+                )
+                submit_result = drive(
+                    submit,
+                    submit_requests("run", ns.concurrency, per_worker),
+                    ns.seconds,
+                    ns.concurrency,
+                    server.pid,
+                )
+        finally:
+            server.send_signal(signal.SIGTERM)
+            try:
+                server.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                server.kill()
+    ratio = (
+        submit_result["rate_per_s"] / empty_result["rate_per_s"]
+        if empty_result["rate_per_s"]
+        else 0.0
+    )
+    sys.stdout.write(
+        f"concurrency {ns.concurrency}, {ns.seconds:g} s per method, synchronous={ns.synchronous}, cpus={os.cpu_count()}\n"
+        f"{'method':<24}{'calls':>8}{'errors':>8}{'rate/s':>10}{'p50 ms':>9}{'p99 ms':>9}{'server us':>11}{'client us':>11}\n"
+    )
+    for name, r in (("empty unary RPC", empty_result), ("SubmitIntent (durable)", submit_result)):
+        sys.stdout.write(
+            f"{name:<24}{r['calls']:>8.0f}{r['errors']:>8.0f}{r['rate_per_s']:>10.0f}{r['p50_ms']:>9.2f}{r['p99_ms']:>9.2f}"
+            f"{r['server_cpu_us_per_call']:>11.0f}{r['client_cpu_us_per_call']:>11.0f}\n"
+        )
+    sys.stdout.write(f"SubmitIntent / empty RPC rate: {ratio:.0%} (target >= 50%)\n")
+    if ns.json:
+        ns.json.write_text(
+            json.dumps(
+                {
+                    "concurrency": ns.concurrency,
+                    "seconds": ns.seconds,
+                    "synchronous": ns.synchronous,
+                    "empty": empty_result,
+                    "submit": submit_result,
+                    "ratio": ratio,
+                },
+                indent=2,
+            )
+        )
+    return 0 if submit_result["errors"] == 0 else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,264 @@
+"""`parfusion submit | intents | plan | policy`: the allocator's command-line client.
+
+Each command talks gRPC to the allocator (``--address``, default 127.0.0.1:50051) with a
+deadline (``--timeout``); the API token rides along from PARFUSION_API_TOKEN. A failed call
+prints its status code and details to stderr and exits non-zero: 1 for a refused call, 2 for a
+bad intent file, 3 when the allocator cannot be reached.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import grpc
+from google.protobuf import json_format
+
+from parfusion.v1 import allocator_pb2, allocator_pb2_grpc, intent_pb2
+from services.allocator.convert import intents_in_file
+from services.common.clients import channel
+from services.common.errors import DomainError
+
+DEFAULT_ADDRESS = "127.0.0.1:50051"
+CLASSES = ("ONLINE", "BATCH", "ROBOT", "URGENT")
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--address",
+        default=DEFAULT_ADDRESS,
+        help=f"allocator gRPC address (default {DEFAULT_ADDRESS})",
+    )
+    parser.add_argument("--timeout", type=float, default=5.0, help="seconds per call (default 5)")
+    parser.add_argument("--json", action="store_true", help="print the reply as proto JSON")
+
+
+def _short(enum: Any, value: int, prefix: str) -> str:
+    try:
+        return str(enum.Name(value)).removeprefix(prefix)
+    except ValueError:
+        return str(value)
+
+
+def _json(message: Any) -> str:
+    return json_format.MessageToJson(
+        message, preserving_proto_field_name=True, indent=2, sort_keys=True
+    )
+
+
+def _call(
+    ns: argparse.Namespace, fn: Callable[[allocator_pb2_grpc.AllocatorServiceStub], int]
+) -> int:
+    try:
+        with channel(ns.address) as ch:
+            return fn(allocator_pb2_grpc.AllocatorServiceStub(ch))
+    except grpc.RpcError as exc:
+        code = exc.code()  # type: ignore[attr-defined]
+        sys.stderr.write(f"error: {code.name}: {exc.details()}\n")  # type: ignore[attr-defined]
+        return 3 if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED) else 1
+
+
+# --- submit ----------------------------------------------------------------------------------
+
+
+def _configure_submit(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "file", type=Path, help="intent file: YAML or JSON, one intent, a list, or intents: [...]"
+    )
+    _common(parser)
+
+
+def _run_submit(ns: argparse.Namespace) -> int:
+    try:
+        intents = intents_in_file(ns.file)
+    except OSError as exc:
+        sys.stderr.write(f"error: cannot read {ns.file}: {exc.strerror}\n")
+        return 2
+    except DomainError as exc:
+        sys.stderr.write(f"error: INVALID_ARGUMENT: {exc}\n")
+        return 2
+
+    def submit(stub: allocator_pb2_grpc.AllocatorServiceStub) -> int:
+        for intent in intents:
+            reply = stub.SubmitIntent(
+                allocator_pb2.SubmitIntentRequest(intent=intent), timeout=ns.timeout
+            )
+            if ns.json:
+                sys.stdout.write(_json(reply) + "\n")
+            else:
+                verb = "unchanged (already stored)" if reply.already_existed else "stored"
+                sys.stdout.write(f"{reply.intent.id}\t{reply.intent.name}\t{verb}\n")
+        return 0
+
+    return _call(ns, submit)
+
+
+# --- intents ---------------------------------------------------------------------------------
+
+
+def _configure_intents(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--class",
+        dest="workload_class",
+        choices=CLASSES,
+        type=str.upper,
+        help="only this workload class",
+    )
+    _common(parser)
+
+
+def _run_intents(ns: argparse.Namespace) -> int:
+    cls = (
+        intent_pb2.WorkloadClass.Value(f"WORKLOAD_CLASS_{ns.workload_class}")
+        if ns.workload_class
+        else 0
+    )
+
+    def show(stub: allocator_pb2_grpc.AllocatorServiceStub) -> int:
+        reply = stub.ListIntents(
+            allocator_pb2.ListIntentsRequest(workload_class=cls), timeout=ns.timeout
+        )
+        if ns.json:
+            sys.stdout.write(_json(reply) + "\n")
+            return 0
+        rows = [("ID", "NAME", "CLASS", "PRIORITY", "DEADLINE_MS", "UNITS", "GPU")]
+        for i in reply.intents:
+            units = f"{i.parallelism.min}-{i.parallelism.max or '*'}"
+            gpu = f"{i.gpu.lane or 'any'}:{i.gpu.share:g}" if i.gpu.share else "-"
+            deadline = f"{i.slo.deadline_ms:g}" if i.slo.deadline_ms else "-"
+            rows.append(
+                (
+                    i.id,
+                    i.name,
+                    _short(intent_pb2.WorkloadClass, i.workload_class, "WORKLOAD_CLASS_"),
+                    str(i.priority),
+                    deadline,
+                    units,
+                    gpu,
+                )
+            )
+        _table(rows)
+        return 0
+
+    return _call(ns, show)
+
+
+# --- plan ------------------------------------------------------------------------------------
+
+
+def _configure_plan(parser: argparse.ArgumentParser) -> None:
+    _common(parser)
+
+
+def _run_plan(ns: argparse.Namespace) -> int:
+    def show(stub: allocator_pb2_grpc.AllocatorServiceStub) -> int:
+        reply = stub.GetPlan(allocator_pb2.GetPlanRequest(), timeout=ns.timeout)
+        if ns.json:
+            sys.stdout.write(_json(reply) + "\n")
+            return 0
+        plan = reply.node_plan
+        stale = "STALE (node agent not reporting)" if reply.node_stale else "fresh"
+        sys.stdout.write(
+            f"policy {reply.policy}  generation {plan.generation}  node {plan.node or '-'}  units {plan.cpu_units}"
+            f"  contention {plan.contention:.2f}  telemetry {stale}  decision {plan.decision_ms:.3f} ms\n"
+        )
+        rows = [
+            (
+                "INTENT",
+                "CLASS",
+                "WORKERS",
+                "CPUS",
+                "LEVEL",
+                "P99_MS",
+                "SLACK_MS",
+                "RISK",
+                "GPU",
+                "STATE",
+                "REASON",
+            )
+        ]
+        for a in plan.allocations:
+            gpu = (
+                f"{a.gpu_lane}:{a.gpu_share_percent:g}%"
+                if a.gpu_lane or a.gpu_share_percent
+                else "-"
+            )
+            rows.append(
+                (
+                    a.intent_name or a.intent_id,
+                    _short(intent_pb2.WorkloadClass, a.workload_class, "WORKLOAD_CLASS_"),
+                    str(a.workers),
+                    a.cgroup.cpuset_cpus or "-",
+                    _short(intent_pb2.DegradationLevel, a.degradation, "DEGRADATION_LEVEL_"),
+                    f"{a.predicted_p99_ms:.1f}",
+                    f"{a.slack_ms:.1f}",
+                    f"{a.deadline_risk:.2f}",
+                    gpu,
+                    _short(intent_pb2.AllocationState, a.state, "ALLOCATION_STATE_"),
+                    a.reason,
+                )
+            )
+        _table(rows)
+        return 0
+
+    return _call(ns, show)
+
+
+# --- policy ----------------------------------------------------------------------------------
+
+
+def _configure_policy(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("name", nargs="?", help="policy to switch to; omit to list them")
+    _common(parser)
+
+
+def _run_policy(ns: argparse.Namespace) -> int:
+    def run(stub: allocator_pb2_grpc.AllocatorServiceStub) -> int:
+        if ns.name:
+            reply = stub.SetPolicy(allocator_pb2.SetPolicyRequest(name=ns.name), timeout=ns.timeout)
+            if ns.json:
+                sys.stdout.write(_json(reply) + "\n")
+            else:
+                sys.stdout.write(f"active policy: {reply.active} (was {reply.previous})\n")
+            return 0
+        listing = stub.ListPolicies(allocator_pb2.ListPoliciesRequest(), timeout=ns.timeout)
+        if ns.json:
+            sys.stdout.write(_json(listing) + "\n")
+            return 0
+        rows = [("", "POLICY", "KIND", "DESCRIPTION")]
+        rows += [
+            ("*" if p.name == listing.active else "", p.name, p.kind, p.description)
+            for p in listing.policies
+        ]
+        _table(rows)
+        return 0
+
+    return _call(ns, run)
+
+
+def _table(rows: list[tuple[str, ...]]) -> None:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for r in rows:
+        sys.stdout.write(
+            "  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() + "\n"
+        )
+
+
+def register(commands: Any) -> None:
+    commands.command(
+        ("submit",),
+        "submit ResourceIntents from a YAML or JSON file",
+        _configure_submit,
+        _run_submit,
+    )
+    commands.command(("intents",), "list the stored intents", _configure_intents, _run_intents)
+    commands.command(("plan",), "show the current node plan", _configure_plan, _run_plan)
+    commands.command(
+        ("policy",),
+        "list the policies (active one marked *) or switch to NAME",
+        _configure_policy,
+        _run_policy,
+    )

@@ -1,0 +1,405 @@
+"""The node control loop: every tick, intents + telemetry -> active policy -> NodePlan/GpuPlan.
+
+One tick: take the store's intents (re-converted only when the store's version moved), pull
+node and GPU telemetry (about half a tick of deadline each, concurrently), feed the predictor
+with the service times the node agent observed, build the NodeState (capacity, lanes,
+contention, disturbance, staleness), run the active policy, publish the plans to GetPlan and
+WatchPlans subscribers, and push them to the node agent and gpulane. A peer that is down makes
+the node stale and the loop keeps planning on the last known capacity; it resumes by itself
+when the peer comes back. PreviewPlan runs the same steps on a copy and applies nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from parfusion.v1 import intent_pb2, telemetry_pb2
+from services.allocator import convert, metrics, model, plans
+from services.allocator.peers import GpuLaneClient, NodeAgentClient
+from services.allocator.policies.registry import get_policy
+from services.allocator.predictor import Predictor
+from services.allocator.store import IntentStore
+from services.allocator.watch import PlanFeed, PlanSnapshot
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class LoopConfig:
+    node_name: str = "node-0"
+    tick_s: float = 0.25
+    nodeagent_address: str = ""  # empty: no pull/push (telemetry only through ReportTelemetry)
+    gpulane_address: str = ""
+    cpu_units: int = 0  # 0: the agent's arena size, else os.cpu_count()
+    stale_after_s: float = 1.5
+    dmug: model.DmugConfig = field(default_factory=model.DmugConfig)
+    configured_lanes: Mapping[str, Sequence[int]] = field(default_factory=dict)
+    api_token: str | None = None
+
+    @property
+    def rpc_timeout_s(self) -> float:
+        return max(0.05, self.tick_s / 2)
+
+
+@dataclass
+class _Telemetry:
+    node: telemetry_pb2.NodeTelemetry | None = None
+    node_at: float = 0.0  # monotonic receipt time
+    node_wall: Timestamp | None = None
+    gpu: telemetry_pb2.GpuTelemetry | None = None
+    contention: float = 0.0
+
+
+class ControlLoop:
+    """Owns the plan state; ``tick()`` is one iteration (the thread calls it every tick_s)."""
+
+    def __init__(
+        self,
+        store: IntentStore,
+        config: LoopConfig,
+        *,
+        policy: str = "parfusion",
+        predictor: Predictor | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.store = store
+        self.config = config
+        self._policy = get_policy(policy)
+        self.predictor = predictor or Predictor()
+        self._predictor_lock = threading.Lock()  # the predictor is plain data, not thread-safe
+        self._clock = clock
+        self._lock = threading.RLock()
+        self._telemetry = _Telemetry()
+        self._tick = 0
+        self._generation = 0
+        self._previous: Mapping[str, model.Decision] = {}
+        self._intents_version = -1
+        self._intents: dict[str, intent_pb2.ResourceIntent] = {}
+        self._specs: tuple[model.IntentSpec, ...] = ()
+        self._allocations: dict[str, intent_pb2.Allocation] = {}
+        self._policy_error: str | None = None
+        self.feed = PlanFeed()
+        self.metrics = metrics.DecisionMetrics()
+        self.nodeagent = (
+            NodeAgentClient(config.nodeagent_address, config.api_token)
+            if config.nodeagent_address
+            else None
+        )
+        self.gpulane = (
+            GpuLaneClient(config.gpulane_address, config.api_token)
+            if config.gpulane_address
+            else None
+        )
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # --- lifecycle ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="allocator-loop", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop ticking and end every WatchPlans stream cleanly."""
+        self._stop.set()
+        self.feed.close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        for peer in (self.nodeagent, self.gpulane):
+            if peer is not None:
+                peer.close()
+
+    def _run(self) -> None:
+        next_at = self._clock()
+        while not self._stop.is_set():
+            try:
+                self.tick()
+            except Exception:  # the loop must outlive any single bad tick
+                log.exception("tick failed")
+            next_at += self.config.tick_s
+            now = self._clock()
+            if next_at < now:  # overran: start the next tick now rather than bursting to catch up
+                next_at = now
+            self._stop.wait(next_at - now)
+
+    # --- one tick ----------------------------------------------------------------------------
+
+    def tick(self) -> PlanSnapshot | None:
+        pulls = self._start_pulls()
+        specs, intents = self._current_intents()
+        self._finish_pulls(pulls, intents)
+        with self._lock:
+            node = self._node_state()
+            policy = self._policy
+            previous = self._previous
+            tick = self._tick + 1
+        stats = self.service_stats()
+        state = model.PlanInput(
+            intents=specs,
+            node=node,
+            stats=stats,
+            previous=previous,
+            tick=tick,
+            config=self.config.dmug,
+        )
+        started = time.perf_counter()
+        try:
+            result = policy.allocate(state)
+        except Exception as exc:
+            self._note_policy_error(policy.name, exc)
+            return None
+        seconds = time.perf_counter() - started
+        self._note_policy_error(policy.name, None)
+        created = Timestamp()
+        created.GetCurrentTime()
+        with self._lock:
+            self._tick = tick
+            self._generation += 1
+            generation = self._generation
+            self._previous = result.by_id()
+        node_plan = plans.node_plan(
+            result,
+            intents,
+            node,
+            generation=generation,
+            created_at=created,
+            decision_ms=seconds * 1000,
+        )
+        gpu_plan = plans.gpu_plan(result, intents, node, generation=generation, created_at=created)
+        snapshot = PlanSnapshot(node_plan=node_plan, gpu_plan=gpu_plan, generation=generation)
+        with self._lock:
+            self._allocations = {a.intent_id: a for a in node_plan.allocations}
+        self.feed.publish(snapshot)
+        self.metrics.record(result, {i: p.name for i, p in intents.items()}, seconds)
+        metrics.set_node_stale(node.stale)
+        self._push(snapshot)
+        return snapshot
+
+    def _current_intents(
+        self,
+    ) -> tuple[tuple[model.IntentSpec, ...], dict[str, intent_pb2.ResourceIntent]]:
+        """The store's intents for this node, converted once per store version."""
+        version, stored = self.store.snapshot()
+        with self._lock:
+            if version == self._intents_version:
+                return self._specs, self._intents
+        mine = [s for s in stored if s.intent.node in ("", self.config.node_name)]
+        intents = {s.intent.id: s.intent for s in mine}
+        specs = tuple(convert.intent_to_spec(s.intent, seq=s.seq) for s in mine)
+        with self._lock:
+            gone = set(self._intents) - set(intents)
+            self._intents_version, self._intents, self._specs = version, intents, specs
+            for intent_id in gone:
+                self._allocations.pop(intent_id, None)
+        with self._predictor_lock:
+            for intent_id in gone:
+                self.predictor.forget(intent_id)
+        self.metrics.forget(gone)
+        counts: dict[str, int] = {}
+        for s in stored:
+            cls = convert.CLASS_TO_MODEL.get(s.intent.workload_class, "")
+            counts[cls] = counts.get(cls, 0) + 1
+        metrics.set_intent_counts(counts)
+        return specs, intents
+
+    def _start_pulls(self) -> tuple[Any, Any]:
+        timeout = self.config.rpc_timeout_s
+        node = self.nodeagent.start_pull(timeout) if self.nodeagent else None
+        gpu = self.gpulane.start_pull(timeout) if self.gpulane else None
+        return node, gpu
+
+    def _finish_pulls(
+        self, pulls: tuple[Any, Any], intents: Mapping[str, intent_pb2.ResourceIntent]
+    ) -> None:
+        node_future, gpu_future = pulls
+        node = self.nodeagent.finish_pull(node_future) if self.nodeagent and node_future else None
+        gpu = self.gpulane.finish_pull(gpu_future) if self.gpulane and gpu_future else None
+        self._accept(node, gpu, intents)
+
+    def _push(self, snapshot: PlanSnapshot) -> None:
+        timeout = self.config.rpc_timeout_s
+        node = self.nodeagent.start_push(snapshot.node_plan, timeout) if self.nodeagent else None
+        gpu = self.gpulane.start_push(snapshot.gpu_plan, timeout) if self.gpulane else None
+        if self.nodeagent and node is not None:
+            self.nodeagent.finish_push(node)
+        if self.gpulane and gpu is not None:
+            self.gpulane.finish_push(gpu)
+
+    def _note_policy_error(self, policy: str, exc: Exception | None) -> None:
+        message = None if exc is None else f"{type(exc).__name__}: {exc}"
+        if message != self._policy_error:
+            if message is None:
+                log.info("policy deciding again", extra={"policy": policy})
+            else:
+                log.error(
+                    "policy failed; keeping the last plan",
+                    extra={"policy": policy, "error": message},
+                )
+            self._policy_error = message
+
+    # --- telemetry (pull and push paths meet here) -------------------------------------------
+
+    def report(
+        self, node: telemetry_pb2.NodeTelemetry | None, gpu: telemetry_pb2.GpuTelemetry | None
+    ) -> int:
+        """ReportTelemetry: the push path into the same state the pull path feeds."""
+        _, intents = self._current_intents()
+        self._accept(node, gpu, intents)
+        with self._lock:
+            return self._generation
+
+    def _accept(
+        self,
+        node: telemetry_pb2.NodeTelemetry | None,
+        gpu: telemetry_pb2.GpuTelemetry | None,
+        intents: Mapping[str, intent_pb2.ResourceIntent],
+    ) -> None:
+        if node is not None:
+            wall = Timestamp()
+            wall.GetCurrentTime()
+            with self._lock:
+                self._telemetry.node = node
+                self._telemetry.node_at = self._clock()
+                self._telemetry.node_wall = wall
+                self._telemetry.contention = convert.node_contention(node)
+            self._observe(node, intents)
+        if gpu is not None:
+            with self._lock:
+                self._telemetry.gpu = gpu
+
+    def _observe(
+        self, node: telemetry_pb2.NodeTelemetry, intents: Mapping[str, intent_pb2.ResourceIntent]
+    ) -> None:
+        """Service times go to the predictor at the parallelism they ran with (the pool's
+        workers, else the last allocation's), so it can rescale them with the speedup model."""
+        workers = {p.intent_id: p.workers for p in node.pools}
+        with self._lock:
+            allocated = {i: a.workers for i, a in self._allocations.items()}
+        for summary in node.latencies:
+            if summary.intent_id not in intents or not summary.recent_service_ms:
+                continue
+            units = workers.get(summary.intent_id) or allocated.get(summary.intent_id) or 1
+            samples = [x for x in summary.recent_service_ms if math.isfinite(x) and x >= 0]
+            with self._predictor_lock:
+                self.predictor.observe_many(summary.intent_id, samples, units=units)
+
+    def service_stats(self) -> dict[str, model.ServiceStats]:
+        """The predictor's per-intent statistics, as the policies read them."""
+        with self._predictor_lock:
+            return self.predictor.snapshot()
+
+    def _node_state(self) -> model.NodeState:
+        """Capacity, lanes, contention and disturbance from the last known telemetry."""
+        tel = self._telemetry
+        node = tel.node
+        arena = tuple(node.arena_cpus) if node is not None else ()
+        units = self.config.cpu_units or len(arena) or os.cpu_count() or 1
+        cpu_ids = arena[:units] if len(arena) >= units else tuple(range(units))
+        now = self._clock()
+        stale = node is None or now - tel.node_at > self.config.stale_after_s
+        disturbance = model.Disturbance()
+        gpu_pressure = tel.gpu.gpu_pressure if tel.gpu is not None else 0.0
+        if node is not None and node.disturbance_remaining_s - (now - tel.node_at) > 0:
+            disturbance = convert.active_disturbance(node, gpu_pressure)
+        elif gpu_pressure:
+            disturbance = convert.active_disturbance(None, gpu_pressure)
+        return model.NodeState(
+            name=self.config.node_name,
+            cpu_units=units,
+            cpu_ids=cpu_ids,
+            lanes=convert.lanes_from_telemetry(tel.gpu, self.config.configured_lanes),
+            contention=tel.contention,
+            disturbance=disturbance,
+            stale=stale,
+        )
+
+    # --- queries and what-if -----------------------------------------------------------------
+
+    def current(self) -> PlanSnapshot | None:
+        return self.feed.current()
+
+    def allocation(self, intent_id: str) -> intent_pb2.Allocation | None:
+        with self._lock:
+            return self._allocations.get(intent_id)
+
+    def node_state(self) -> model.NodeState:
+        """The NodeState the next tick would plan on."""
+        with self._lock:
+            return self._node_state()
+
+    def node_status(self) -> tuple[bool, Timestamp | None]:
+        """(node_stale, wall time of the last node telemetry)."""
+        with self._lock:
+            return self._node_state().stale, self._telemetry.node_wall
+
+    @property
+    def policy_name(self) -> str:
+        with self._lock:
+            return str(self._policy.name)
+
+    def set_policy(self, name: str) -> tuple[str, str]:
+        policy = get_policy(name)  # InvalidArgument(field="name") for an unknown name
+        with self._lock:
+            previous, self._policy = self._policy.name, policy
+        log.info("policy switched", extra={"previous": previous, "active": policy.name})
+        return str(previous), str(policy.name)
+
+    def preview(
+        self,
+        disturbance: model.Disturbance | None = None,
+        arrival_rate_scale: float = 0.0,
+        policy_name: str = "",
+    ) -> PlanSnapshot:
+        """The plan the policy would make now under the given what-if; changes nothing."""
+        policy = get_policy(policy_name) if policy_name else None
+        specs, intents = self._current_intents()
+        with self._lock:
+            node = self._node_state()
+            policy = policy or self._policy
+            previous = self._previous
+            tick = self._tick + 1
+            generation = self._generation
+        if disturbance is not None:
+            node = dataclasses.replace(node, disturbance=disturbance)
+        if arrival_rate_scale:
+            specs = tuple(
+                dataclasses.replace(s, arrival_rate_per_s=s.arrival_rate_per_s * arrival_rate_scale)
+                for s in specs
+            )
+        state = model.PlanInput(
+            intents=specs,
+            node=node,
+            stats=self.service_stats(),
+            previous=previous,
+            tick=tick,
+            config=self.config.dmug,
+        )
+        started = time.perf_counter()
+        result = policy.allocate(state)
+        seconds = time.perf_counter() - started
+        created = Timestamp()
+        created.GetCurrentTime()
+        return PlanSnapshot(
+            node_plan=plans.node_plan(
+                result,
+                intents,
+                node,
+                generation=generation,
+                created_at=created,
+                decision_ms=seconds * 1000,
+            ),
+            gpu_plan=plans.gpu_plan(
+                result, intents, node, generation=generation, created_at=created
+            ),
+            generation=generation,
+        )

@@ -1,0 +1,345 @@
+"""AllocatorService wiring: the gRPC surface over the intent store and the node control loop.
+
+``build_allocator(settings)`` builds the store, the loop and the servicer (used by ``main()``,
+by this service's tests and by other services' integration tests); ``start_allocator`` also
+starts a server on the common bootstrap. The servicer only translates: validation lives in
+validation.py, durability in store.py, planning in loop.py.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import signal
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from parfusion.v1 import allocator_pb2, allocator_pb2_grpc
+from services.allocator import convert, model
+from services.allocator.loop import ControlLoop, LoopConfig
+from services.allocator.policies.registry import list_policies
+from services.allocator.store import IntentStore
+from services.allocator.validation import normalize_intent
+from services.allocator.watch import END, PlanSnapshot
+from services.common.config import ServiceSettings, parse_service_args, resolve_path
+from services.common.errors import InvalidArgument
+from services.common.grpc_server import Registration, RunningServer, start_grpc_server
+from services.common.logs import configure_logging
+
+log = logging.getLogger(__name__)
+
+SERVICE_NAME = allocator_pb2.DESCRIPTOR.services_by_name["AllocatorService"].full_name
+WATCH_POLL_S = 0.5
+MAX_ARRIVAL_RATE_SCALE = 1000.0
+
+
+@dataclass
+class AllocatorHandle:
+    """What build_allocator made, for in-process callers: the store, the loop, the servicer."""
+
+    store: IntentStore
+    loop: ControlLoop
+    servicer: AllocatorServicer
+    settings: ServiceSettings
+
+    def stop(self) -> None:
+        self.loop.stop()
+        self.store.close()
+
+
+class AllocatorServicer(allocator_pb2_grpc.AllocatorServiceServicer):
+    def __init__(
+        self,
+        store: IntentStore,
+        loop: ControlLoop,
+        *,
+        known_lanes: tuple[str, ...],
+        node_name: str,
+        watch_queue: int = 16,
+    ) -> None:
+        self.store = store
+        self.loop = loop
+        self.known_lanes = known_lanes
+        self.node_name = node_name
+        self.watch_queue = watch_queue
+
+    # --- intents -----------------------------------------------------------------------------
+
+    def SubmitIntent(self, request: Any, context: Any) -> Any:  # noqa: N802
+        if not request.HasField("intent"):
+            raise InvalidArgument("required", field="intent")
+        intent = normalize_intent(
+            request.intent, known_lanes=self.known_lanes, default_node=self.node_name
+        )
+        result = self.store.submit(intent)
+        return allocator_pb2.SubmitIntentResponse(
+            intent=result.intent, already_existed=result.already_existed
+        )
+
+    def GetIntent(self, request: Any, context: Any) -> Any:  # noqa: N802
+        if not request.id:
+            raise InvalidArgument("required", field="id")
+        reply = allocator_pb2.GetIntentResponse(intent=self.store.get(request.id))
+        allocation = self.loop.allocation(request.id)
+        if allocation is not None:
+            reply.allocation.CopyFrom(allocation)
+        return reply
+
+    def ListIntents(self, request: Any, context: Any) -> Any:  # noqa: N802
+        cls = request.workload_class
+        if cls and cls not in convert.CLASS_TO_MODEL:
+            raise InvalidArgument(f"unknown value {cls}", field="workload_class")
+        return allocator_pb2.ListIntentsResponse(intents=[s.intent for s in self.store.list(cls)])
+
+    def DeleteIntent(self, request: Any, context: Any) -> Any:  # noqa: N802
+        if not request.id:
+            raise InvalidArgument("required", field="id")
+        self.store.delete(request.id)  # NotFound for an unknown id
+        self.loop.metrics.forget([request.id])
+        return allocator_pb2.DeleteIntentResponse(deleted=True)
+
+    # --- plans -------------------------------------------------------------------------------
+
+    def GetPlan(self, request: Any, context: Any) -> Any:  # noqa: N802
+        reply = allocator_pb2.GetPlanResponse(policy=self.loop.policy_name)
+        current = self.loop.current()
+        if current is not None:
+            reply.node_plan.CopyFrom(current.node_plan)
+            reply.gpu_plan.CopyFrom(current.gpu_plan)
+        stale, last_at = self.loop.node_status()
+        reply.node_stale = stale
+        if last_at is not None:
+            reply.last_telemetry_at.CopyFrom(last_at)
+        return reply
+
+    def WatchPlans(self, request: Any, context: Any) -> Iterator[Any]:  # noqa: N802
+        sub = self.loop.feed.subscribe(self.watch_queue)
+        last_sent = 0
+        try:
+            if request.include_current:
+                current = self.loop.current()
+                if current is not None:
+                    last_sent = current.generation
+                    yield _watch_reply(current)
+            while context.is_active():
+                item = sub.next(WATCH_POLL_S)
+                if item is END:
+                    return
+                if isinstance(item, PlanSnapshot) and item.generation > last_sent:
+                    last_sent = item.generation
+                    yield _watch_reply(item)
+        finally:
+            self.loop.feed.unsubscribe(sub)
+
+    def PreviewPlan(self, request: Any, context: Any) -> Any:  # noqa: N802
+        disturbance: model.Disturbance | None = None
+        if request.HasField("disturbance"):
+            convert.validate_disturbance(request.disturbance)
+            disturbance = convert.disturbance_to_model(request.disturbance)
+        scale = request.arrival_rate_scale
+        if not math.isfinite(scale) or not 0 <= scale <= MAX_ARRIVAL_RATE_SCALE:
+            raise InvalidArgument(
+                f"must be in [0, {MAX_ARRIVAL_RATE_SCALE:g}] (0 = unchanged)",
+                field="arrival_rate_scale",
+            )
+        try:
+            preview = self.loop.preview(disturbance, scale, request.policy)
+        except InvalidArgument as exc:
+            if exc.field == "name":  # the registry names its own argument; here it is `policy`
+                raise InvalidArgument(f"unknown policy {request.policy!r}", field="policy") from exc
+            raise
+        reply = allocator_pb2.PreviewPlanResponse()
+        reply.preview.CopyFrom(preview.node_plan)
+        reply.preview_gpu.CopyFrom(preview.gpu_plan)
+        current = self.loop.current()
+        if current is not None:
+            reply.current.CopyFrom(current.node_plan)
+        return reply
+
+    # --- policy and telemetry ----------------------------------------------------------------
+
+    def SetPolicy(self, request: Any, context: Any) -> Any:  # noqa: N802
+        if not request.name:
+            raise InvalidArgument("required", field="name")
+        previous, active = self.loop.set_policy(request.name)
+        return allocator_pb2.SetPolicyResponse(previous=previous, active=active)
+
+    def ListPolicies(self, request: Any, context: Any) -> Any:  # noqa: N802
+        reply = allocator_pb2.ListPoliciesResponse(active=self.loop.policy_name)
+        for p in list_policies():
+            reply.policies.add(name=p.name, kind=p.kind, description=p.description)
+        return reply
+
+    def ReportTelemetry(self, request: Any, context: Any) -> Any:  # noqa: N802
+        node = request.node if request.HasField("node") else None
+        gpu = request.gpu if request.HasField("gpu") else None
+        return allocator_pb2.ReportTelemetryResponse(plan_generation=self.loop.report(node, gpu))
+
+
+def _watch_reply(snapshot: PlanSnapshot) -> Any:
+    return allocator_pb2.WatchPlansResponse(
+        node_plan=snapshot.node_plan, gpu_plan=snapshot.gpu_plan
+    )
+
+
+# --- construction ----------------------------------------------------------------------------
+
+
+def configured_lanes(settings: ServiceSettings) -> dict[str, list[int]]:
+    """The lane map from the gpulane section of the same config document."""
+    section = settings.document.get("gpulane") or {}
+    lanes = section.get("lanes") or {}
+    return (
+        {str(name): [int(i) for i in (indexes or [])] for name, indexes in lanes.items()}
+        if isinstance(lanes, dict)
+        else {}
+    )
+
+
+def loop_config(settings: ServiceSettings) -> LoopConfig:
+    return LoopConfig(
+        node_name=settings.node_name,
+        tick_s=settings.get_float("tick_ms", 250.0) / 1000.0,
+        nodeagent_address=settings.get_str("nodeagent_address", ""),
+        gpulane_address=settings.get_str("gpulane_address", ""),
+        cpu_units=settings.get_int("cpu_units", 0),
+        stale_after_s=settings.get_float("stale_after_ms", 1500.0) / 1000.0,
+        dmug=model.DmugConfig(
+            hysteresis_min_gain=settings.get_float("hysteresis_min_gain", 0.02),
+            hysteresis_dwell_ticks=settings.get_int("hysteresis_dwell_ticks", 4),
+        ),
+        configured_lanes=configured_lanes(settings),
+        api_token=settings.api_token,
+    )
+
+
+def seed_intents(store: IntentStore, settings: ServiceSettings) -> int:
+    """Load the demo intents into a store that has never held any (once per database)."""
+    if store.meta("seeded") is not None:
+        return 0
+    if len(store):
+        store.set_meta("seeded", "skipped: store not empty")
+        return 0
+    directory = resolve_path(
+        settings.get_str("intents_dir", "")
+        or str(settings.document.get("demo_intents") or "configs/intents")
+    )
+    files = sorted([*Path(directory).glob("*.yaml"), *Path(directory).glob("*.json")])
+    lanes = tuple(configured_lanes(settings))
+    loaded = 0
+    for path in files:
+        try:
+            for intent in convert.intents_in_file(path):
+                store.submit(
+                    normalize_intent(intent, known_lanes=lanes, default_node=settings.node_name)
+                )
+                loaded += 1
+        except Exception as exc:
+            log.error("demo intent not loaded", extra={"file": str(path), "error": str(exc)})
+    store.set_meta("seeded", str(directory))
+    log.info("demo intents loaded", extra={"count": loaded, "from": str(directory)})
+    return loaded
+
+
+def build_allocator(
+    settings: ServiceSettings, *, start_loop: bool = True
+) -> tuple[list[Registration], list[Callable[[], None]], AllocatorHandle]:
+    """Store (opened, seeded if configured), loop (started unless ``start_loop=False``, for
+    tests that drive ``handle.loop.tick()`` themselves) and servicer, ready to register."""
+    settings.ensure_dirs()
+    store = IntentStore(
+        settings.path("db_path", "run/allocator.db"),
+        synchronous=settings.get_str("db_synchronous", "normal").lower(),
+    )
+    try:
+        if settings.get_bool("seed_intents", False):
+            seed_intents(store, settings)
+        loop = ControlLoop(
+            store, loop_config(settings), policy=settings.get_str("policy", "parfusion")
+        )
+    except Exception:
+        store.close()
+        raise
+    servicer = AllocatorServicer(
+        store,
+        loop,
+        known_lanes=tuple(configured_lanes(settings)),
+        node_name=settings.node_name,
+        watch_queue=settings.get_int("watch_queue", 16),
+    )
+    handle = AllocatorHandle(store=store, loop=loop, servicer=servicer, settings=settings)
+    if start_loop:
+        loop.start()
+    registrations: list[Registration] = [
+        (allocator_pb2_grpc.add_AllocatorServiceServicer_to_server, servicer, SERVICE_NAME)
+    ]
+    return registrations, [handle.stop], handle
+
+
+@dataclass
+class RunningAllocator:
+    server: RunningServer
+    handle: AllocatorHandle
+
+    @property
+    def address(self) -> str:
+        return self.server.address
+
+    def stop(self, grace: float = 1.0) -> None:
+        """Health NOT_SERVING, end WatchPlans streams cleanly, drain RPCs, close the store."""
+        self.server.health.enter_graceful_shutdown()
+        self.handle.loop.feed.close()
+        self.server.stop(grace)
+
+
+def start_allocator(
+    settings: ServiceSettings,
+    *,
+    port: int | None = None,
+    metrics_port: int | None = None,
+    start_loop: bool = True,
+) -> RunningAllocator:
+    """build_allocator + start_grpc_server on 127.0.0.1 (port 0 = any free port)."""
+    registrations, hooks, handle = build_allocator(settings, start_loop=start_loop)
+    try:
+        server = start_grpc_server(
+            registrations,
+            host=settings.host,
+            port=settings.port if port is None else port,
+            metrics_port=metrics_port,
+            api_token=settings.api_token,
+        )
+    except Exception:
+        handle.stop()
+        raise
+    for hook in hooks:
+        server.on_stop(hook)
+    return RunningAllocator(server=server, handle=handle)
+
+
+def main(argv: list[str] | None = None) -> None:
+    settings, _ = parse_service_args("allocator", argv)
+    configure_logging(settings.log_level, settings.log_format, "allocator")
+    running = start_allocator(settings, metrics_port=settings.metrics_port)
+    log.info(
+        "serving",
+        extra={
+            "address": f"{settings.host}:{running.server.port}",
+            "metrics_port": running.server.metrics_port,
+            "db": str(running.handle.store.path),
+        },
+    )
+    done = threading.Event()
+
+    def _stop(signum: int, _frame: Any) -> None:
+        log.info("shutting down", extra={"signal": signal.Signals(signum).name})
+        done.set()
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    done.wait()
+    running.stop(grace=2.0)
+    log.info("stopped")

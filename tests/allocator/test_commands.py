@@ -1,0 +1,114 @@
+"""`parfusion submit | intents | plan | policy` in-process against an allocator on a free port."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from parfusion.cli import Commands
+from services.allocator import commands
+from services.allocator.server import RunningAllocator
+from tests.conftest import ROOT, free_port
+
+
+def run(*argv: str) -> int:
+    parser = argparse.ArgumentParser(prog="parfusion")
+    commands.register(Commands(parser))
+    ns = parser.parse_args(argv)
+    return int(ns._run(ns))
+
+
+@pytest.fixture
+def allocator(start: Callable[..., RunningAllocator]) -> RunningAllocator:
+    return start()
+
+
+def test_submit_yaml_then_idempotent(
+    allocator: RunningAllocator, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = ROOT / "configs" / "intents" / "online-inference.yaml"
+    assert run("submit", str(path), "--address", allocator.address) == 0
+    assert capsys.readouterr().out.strip() == "demo-online-inference\tonline-inference\tstored"
+    assert run("submit", str(path), "--address", allocator.address) == 0
+    assert "unchanged (already stored)" in capsys.readouterr().out
+
+
+def test_submit_json_camel_case_and_full_enum_names(
+    allocator: RunningAllocator, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "job.json"
+    path.write_text(
+        json.dumps(
+            {
+                "id": "job-7",
+                "name": "job",
+                "workloadClass": "WORKLOAD_CLASS_BATCH",
+                "demand": {"workUnits": 5},
+            }
+        )
+    )
+    assert run("submit", str(path), "--address", allocator.address, "--json") == 0
+    reply = json.loads(capsys.readouterr().out)
+    assert (
+        reply["intent"]["id"] == "job-7"
+        and reply["intent"]["workload_class"] == "WORKLOAD_CLASS_BATCH"
+    )
+
+
+def test_submit_invalid_prints_code_and_details(
+    allocator: RunningAllocator, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text("name: web\nworkload_class: ONLINE\n")
+    assert run("submit", str(path), "--address", allocator.address) == 1
+    err = capsys.readouterr().err
+    assert "INVALID_ARGUMENT" in err and "intent.slo.deadline_ms: required for ONLINE" in err
+    path.write_text("name: web\nworkload_class: ONLINE\nbogus: 1\n")
+    assert run("submit", str(path), "--address", allocator.address) == 2
+    assert "bogus" in capsys.readouterr().err
+    assert run("submit", str(tmp_path / "missing.yaml"), "--address", allocator.address) == 2
+
+
+def test_intents_and_plan_tables(
+    allocator: RunningAllocator, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for name in ("online-inference", "batch-training"):
+        run(
+            "submit",
+            str(ROOT / "configs" / "intents" / f"{name}.yaml"),
+            "--address",
+            allocator.address,
+        )
+    capsys.readouterr()
+    assert run("intents", "--address", allocator.address) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].split()[:3] == ["ID", "NAME", "CLASS"]
+    assert [line.split()[0] for line in out[1:]] == ["demo-online-inference", "demo-batch-training"]
+    assert run("intents", "--class", "batch", "--address", allocator.address) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 2
+    allocator.handle.loop.tick()
+    assert run("plan", "--address", allocator.address) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("policy parfusion  generation 1")
+    assert {line.split()[0] for line in out[2:]} == {"online-inference", "batch-training"}
+
+
+def test_policy_list_marks_active_and_switch(
+    allocator: RunningAllocator, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run("policy", "--address", allocator.address) == 0
+    rows = capsys.readouterr().out.splitlines()[1:]
+    assert [r.split()[1] for r in rows if r.startswith("*")] == ["parfusion"]
+    assert run("policy", "baseline", "--address", allocator.address) == 0
+    assert capsys.readouterr().out.strip() == "active policy: baseline (was parfusion)"
+    assert run("policy", "nope", "--address", allocator.address) == 1
+    assert "INVALID_ARGUMENT: name:" in capsys.readouterr().err
+
+
+def test_unreachable_allocator_is_unavailable(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run("intents", "--address", f"127.0.0.1:{free_port()}", "--timeout", "0.5") == 3
+    assert capsys.readouterr().err.startswith("error: ")

@@ -1,0 +1,219 @@
+"""The control loop: ticks, telemetry pull/push, staleness and recovery, predictor feed, pushes.
+
+The node agent and gpulane are in-test servicers of their protos (see conftest.py): the
+allocator's boundary, not the real services.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from prometheus_client import REGISTRY
+
+from parfusion.v1 import telemetry_pb2
+from services.allocator import model
+from services.allocator.loop import ControlLoop, LoopConfig
+from services.allocator.store import IntentStore
+from services.allocator.validation import normalize_intent
+from services.allocator.watch import END
+from tests.allocator.conftest import Peers, batch_intent, online_intent
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[IntentStore]:
+    s = IntentStore(tmp_path / "allocator.db")
+    yield s
+    s.close()
+
+
+def make_loop(store: IntentStore, peers: Peers | None = None, **config: object) -> ControlLoop:
+    fields: dict[str, object] = {
+        "tick_s": 0.1,
+        "stale_after_s": 0.3,
+        "configured_lanes": {"online": [0, 1], "batch": [2]},
+    }
+    if peers is not None:
+        fields["nodeagent_address"] = f"127.0.0.1:{peers.agent_port}"
+        fields["gpulane_address"] = f"127.0.0.1:{peers.gpulane_port}"
+    fields.update(config)
+    return ControlLoop(store, LoopConfig(**fields))  # type: ignore[arg-type]
+
+
+def submit(store: IntentStore, *intents: object) -> list[str]:
+    return [store.submit(normalize_intent(i)).intent.id for i in intents]  # type: ignore[arg-type]
+
+
+def test_tick_plans_every_intent_and_pushes_both_plans(store: IntentStore, peers: Peers) -> None:
+    ids = submit(store, online_intent(), batch_intent())
+    loop = make_loop(store, peers)
+    try:
+        first = loop.tick()
+        second = loop.tick()
+    finally:
+        loop.stop()
+    assert first is not None and second is not None
+    assert (first.generation, second.generation) == (1, 2)
+    plan = second.node_plan
+    assert {a.intent_id for a in plan.allocations} == set(ids)
+    assert plan.cpu_units == 4  # the agent's arena
+    assert sum(a.workers for a in plan.allocations) <= 4
+    assert not plan.node_stale
+    assert [p.generation for p in peers.agent.plans] == [1, 2]
+    assert [p.generation for p in peers.gpulane.plans] == [1, 2]
+    assert second.gpu_plan.generation == 2 and second.gpu_plan.policy == plan.policy
+
+
+def test_capacity_config_then_arena_then_cpu_count(store: IntentStore, peers: Peers) -> None:
+    loop = make_loop(store)
+    assert loop.node_state().cpu_units == (os.cpu_count() or 1)
+    assert loop.node_state().stale  # never heard from the node
+    loop.report(telemetry_pb2.NodeTelemetry(arena_cpus=[2, 3, 5]), None)
+    state = loop.node_state()
+    assert (state.cpu_units, state.cpu_ids, state.stale) == (3, (2, 3, 5), False)
+    fixed = make_loop(store, cpu_units=2)
+    fixed.report(telemetry_pb2.NodeTelemetry(arena_cpus=[2, 3, 5]), None)
+    assert (fixed.node_state().cpu_units, fixed.node_state().cpu_ids) == (2, (2, 3))
+
+
+def test_agent_down_marks_stale_keeps_planning_then_recovers(
+    store: IntentStore, peers: Peers, caplog: pytest.LogCaptureFixture
+) -> None:
+    submit(store, online_intent())
+    peers.agent.telemetry.arena_cpus[:] = [0, 1, 2]
+    loop = make_loop(store, peers)
+    try:
+        assert loop.tick().node_plan.cpu_units == 3  # type: ignore[union-attr]
+        peers.stop_agent()
+        caplog.set_level(logging.WARNING, logger="services.allocator.peers")
+        time.sleep(0.35)
+        stale = [loop.tick() for _ in range(3)]
+        assert all(s is not None and s.node_plan.node_stale for s in stale)
+        assert all(s.node_plan.cpu_units == 3 for s in stale if s)  # last known capacity
+        assert REGISTRY.get_sample_value("parfusion_allocator_node_stale") == 1
+        warnings = [
+            r
+            for r in caplog.records
+            if r.getMessage().startswith("peer call failing")
+            and getattr(r, "peer", "") == "nodeagent"
+        ]
+        assert len(warnings) == 2  # once for the pull, once for the push: not once per tick
+        peers.start_agent()  # same port: the loop's channel reconnects by itself
+        deadline = time.monotonic() + 5
+        snap = loop.tick()
+        while snap is not None and snap.node_plan.node_stale and time.monotonic() < deadline:
+            time.sleep(0.05)
+            snap = loop.tick()
+        assert snap is not None and not snap.node_plan.node_stale
+        assert peers.agent.plans[-1].generation == snap.generation
+        assert REGISTRY.get_sample_value("parfusion_allocator_node_stale") == 0
+    finally:
+        loop.stop()
+
+
+def test_predictor_fed_at_the_pools_units(store: IntentStore, peers: Peers) -> None:
+    (web,) = submit(store, online_intent())
+    peers.agent.telemetry.latencies.add(intent_id=web, recent_service_ms=[10.0, 12.0, 11.0])
+    peers.agent.telemetry.latencies.add(intent_id="unknown", recent_service_ms=[99.0])
+    peers.agent.telemetry.pools.add(intent_id=web, workers=2)
+    loop = make_loop(store, peers)
+    try:
+        loop.tick()
+    finally:
+        loop.stop()
+    stats = loop.service_stats()
+    assert set(stats) == {web}
+    assert stats[web].count == 3
+    assert stats[web].observed_units == 2
+    assert 10.0 <= stats[web].mean_ms <= 12.0
+
+
+def test_submit_and_delete_invalidate_the_cache_and_metric_series(store: IntentStore) -> None:
+    loop = make_loop(store)
+    assert loop.tick().node_plan.allocations == []  # type: ignore[union-attr]
+    (web,) = submit(store, online_intent("web-m"))
+    plan = loop.tick().node_plan  # type: ignore[union-attr]
+    assert [a.intent_id for a in plan.allocations] == [web]
+    labels = {"intent": "web-m", "intent_id": web}
+    assert REGISTRY.get_sample_value("parfusion_dmug_units", labels) == plan.allocations[0].workers
+    assert (
+        REGISTRY.get_sample_value("parfusion_allocator_intents", {"workload_class": "ONLINE"}) == 1
+    )
+    store.delete(web)
+    assert loop.tick().node_plan.allocations == []  # type: ignore[union-attr]
+    assert REGISTRY.get_sample_value("parfusion_dmug_units", labels) is None
+    assert REGISTRY.get_sample_value("parfusion_dmug_slack_seconds", labels) is None
+    assert loop.allocation(web) is None
+
+
+def test_lanes_contention_and_disturbance_from_telemetry(store: IntentStore) -> None:
+    loop = make_loop(store)
+    assert [(lane.name, lane.available) for lane in loop.node_state().lanes] == [
+        ("online", False),
+        ("batch", False),
+    ]
+    gpu = telemetry_pb2.GpuTelemetry(gpu_pressure=0.1)
+    gpu.lanes.add(name="online", present_indexes=[0, 1], available=True)
+    gpu.lanes.add(name="batch", present_indexes=[], available=False)
+    node = telemetry_pb2.NodeTelemetry(arena_cpus=[0, 1], disturbance_remaining_s=5)
+    node.cpu_pressure.CopyFrom(telemetry_pb2.Pressure(some_avg10=30.0, available=True))
+    node.active_disturbance.CopyFrom(telemetry_pb2.Disturbance(cpu_pressure=0.5, duration_s=5))
+    loop.report(node, gpu)
+    state = loop.node_state()
+    assert state.lanes == (
+        model.LaneCapacity("online", (0, 1), 200),
+        model.LaneCapacity("batch", (), 0),
+    )
+    assert state.contention == pytest.approx(0.3)
+    assert state.disturbance == model.Disturbance(cpu=0.5, gpu=0.1)
+
+
+def test_a_failing_policy_keeps_the_last_plan_and_the_loop(store: IntentStore) -> None:
+    submit(store, online_intent())
+    loop = make_loop(store)
+    good = loop.tick()
+
+    class Broken:
+        name, kind, description = "broken", "ablation", "raises"
+
+        def allocate(self, state: model.PlanInput) -> model.PlanResult:
+            raise RuntimeError("bad input")
+
+    loop._policy = Broken()  # type: ignore[assignment]
+    assert loop.tick() is None
+    assert loop.current() is good
+
+
+def test_thread_ticks_and_slow_subscriber_never_blocks(store: IntentStore) -> None:
+    submit(store, online_intent())
+    loop = make_loop(store, tick_s=0.02)
+    slow = loop.feed.subscribe(maxsize=2)  # never read while the loop runs
+    loop.start()
+    try:
+        deadline = time.monotonic() + 5
+        while (
+            loop.current() is None or loop.current().generation < 10
+        ) and time.monotonic() < deadline:  # type: ignore[union-attr]
+            time.sleep(0.02)
+        assert loop.current() is not None and loop.current().generation >= 10  # type: ignore[union-attr]
+        assert slow.dropped >= 5
+    finally:
+        loop.stop()
+    items = [slow.next(0.1) for _ in range(3)]
+    assert END in items  # shutdown ends the subscription (after at most the queued plans)
+
+
+def test_preview_changes_nothing(store: IntentStore) -> None:
+    submit(store, online_intent(), batch_intent())
+    loop = make_loop(store)
+    current = loop.tick()
+    previous = dict(loop._previous)
+    preview = loop.preview(model.Disturbance(cpu=0.9), 3.0, "")
+    assert preview.generation == current.generation  # type: ignore[union-attr]
+    assert loop.current() is current
+    assert loop._previous == previous
+    assert len(preview.node_plan.allocations) == 2

@@ -1,0 +1,310 @@
+"""AllocatorService over real gRPC on a free port: intents, plans, watch, preview, policy,
+telemetry push, seeding, and restart without loss after kill -9 of a subprocess server."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import grpc
+import pytest
+from prometheus_client import REGISTRY
+
+from parfusion.v1 import allocator_pb2, allocator_pb2_grpc, intent_pb2, telemetry_pb2
+from services.allocator.server import RunningAllocator
+from tests.allocator.conftest import batch_intent, online_intent
+from tests.conftest import ROOT, free_port
+
+Start = Callable[..., RunningAllocator]
+StubFor = Callable[[str], allocator_pb2_grpc.AllocatorServiceStub]
+
+
+def _submit(
+    stub: allocator_pb2_grpc.AllocatorServiceStub, intent: intent_pb2.ResourceIntent
+) -> allocator_pb2.SubmitIntentResponse:
+    return stub.SubmitIntent(allocator_pb2.SubmitIntentRequest(intent=intent), timeout=5)
+
+
+def _error(fn: Callable[[], object]) -> grpc.RpcError:
+    with pytest.raises(grpc.RpcError) as err:
+        fn()
+    return err.value
+
+
+def test_submit_get_list_delete(start: Start, stub_for: StubFor) -> None:
+    running = start()
+    stub = stub_for(running.address)
+    web = _submit(stub, online_intent())
+    assert web.intent.id.startswith("intent-") and not web.already_existed
+    assert web.intent.priority == 500 and web.intent.node == "node-0"  # defaults visible
+    job = _submit(stub, batch_intent(intent_id="job-1"))
+    assert job.intent.id == "job-1"
+    got = stub.GetIntent(allocator_pb2.GetIntentRequest(id=web.intent.id), timeout=5)
+    assert got.intent == web.intent and not got.HasField("allocation")
+    running.handle.loop.tick()
+    got = stub.GetIntent(allocator_pb2.GetIntentRequest(id=web.intent.id), timeout=5)
+    assert got.allocation.intent_id == web.intent.id and got.allocation.workers >= 1
+    listed = stub.ListIntents(allocator_pb2.ListIntentsRequest(), timeout=5)
+    assert [i.id for i in listed.intents] == [web.intent.id, "job-1"]
+    batch_only = stub.ListIntents(
+        allocator_pb2.ListIntentsRequest(workload_class=intent_pb2.WORKLOAD_CLASS_BATCH), timeout=5
+    )
+    assert [i.id for i in batch_only.intents] == ["job-1"]
+    assert stub.DeleteIntent(allocator_pb2.DeleteIntentRequest(id="job-1"), timeout=5).deleted
+    err = _error(
+        lambda: stub.DeleteIntent(allocator_pb2.DeleteIntentRequest(id="job-1"), timeout=5)
+    )
+    assert err.code() == grpc.StatusCode.NOT_FOUND
+    err = _error(lambda: stub.GetIntent(allocator_pb2.GetIntentRequest(id="job-1"), timeout=5))
+    assert err.code() == grpc.StatusCode.NOT_FOUND
+
+
+def test_idempotent_resubmission_and_conflict(start: Start, stub_for: StubFor) -> None:
+    stub = stub_for(start().address)
+    first = _submit(stub, online_intent(intent_id="web-1"))
+    again = _submit(stub, online_intent(intent_id="web-1"))
+    assert again.already_existed and again.intent == first.intent
+    err = _error(lambda: _submit(stub, online_intent(intent_id="web-1", deadline_ms=80)))
+    assert err.code() == grpc.StatusCode.ALREADY_EXISTS
+    assert err.details().startswith("intent.id:")
+    stored = stub.GetIntent(allocator_pb2.GetIntentRequest(id="web-1"), timeout=5).intent
+    assert stored.slo.deadline_ms == 50
+
+
+@pytest.mark.parametrize(
+    ("intent", "details"),
+    [
+        (online_intent(deadline_ms=0), "intent.slo.deadline_ms: required for ONLINE (> 0)"),
+        (online_intent(name="Bad Name"), "intent.name:"),
+        (online_intent(gpu=intent_pb2.GpuIntent(share=2.0)), "intent.gpu.share:"),
+        (online_intent(gpu=intent_pb2.GpuIntent(lane="mystery", share=0.5)), "intent.gpu.lane:"),
+        (intent_pb2.ResourceIntent(name="x"), "intent.workload_class: required"),
+    ],
+)
+def test_bad_input_is_invalid_argument_and_nothing_stored(
+    start: Start, stub_for: StubFor, intent: intent_pb2.ResourceIntent, details: str
+) -> None:
+    running = start()
+    stub = stub_for(running.address)
+    err = _error(lambda: _submit(stub, intent))
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert err.details().startswith(details)
+    assert len(running.handle.store) == 0
+
+
+def test_request_level_errors(start: Start, stub_for: StubFor) -> None:
+    stub = stub_for(start().address)
+    err = _error(lambda: stub.SubmitIntent(allocator_pb2.SubmitIntentRequest(), timeout=5))
+    assert (err.code(), err.details()) == (grpc.StatusCode.INVALID_ARGUMENT, "intent: required")
+    err = _error(lambda: stub.GetIntent(allocator_pb2.GetIntentRequest(), timeout=5))
+    assert (err.code(), err.details()) == (grpc.StatusCode.INVALID_ARGUMENT, "id: required")
+    err = _error(
+        lambda: stub.ListIntents(allocator_pb2.ListIntentsRequest(workload_class=42), timeout=5)
+    )
+    assert err.details().startswith("workload_class:")
+
+
+def test_get_plan_staleness_and_telemetry_push(start: Start, stub_for: StubFor) -> None:
+    running = start(cpu_units=0)
+    stub = stub_for(running.address)
+    _submit(stub, online_intent())
+    empty = stub.GetPlan(allocator_pb2.GetPlanRequest(), timeout=5)
+    assert (
+        empty.node_stale and not empty.HasField("last_telemetry_at") and empty.policy == "parfusion"
+    )
+    reply = stub.ReportTelemetry(
+        allocator_pb2.ReportTelemetryRequest(
+            node=telemetry_pb2.NodeTelemetry(arena_cpus=[0, 1, 2])
+        ),
+        timeout=5,
+    )
+    assert reply.plan_generation == 0
+    running.handle.loop.tick()
+    plan = stub.GetPlan(allocator_pb2.GetPlanRequest(), timeout=5)
+    assert not plan.node_stale and plan.HasField("last_telemetry_at")
+    assert plan.node_plan.cpu_units == 3 and plan.node_plan.generation == 1
+    assert plan.gpu_plan.generation == 1 and plan.policy == plan.node_plan.policy
+
+
+def test_watch_plans_current_first_then_new_and_clean_end(start: Start, stub_for: StubFor) -> None:
+    running = start()
+    stub = stub_for(running.address)
+    _submit(stub, online_intent())
+    running.handle.loop.tick()
+    stream = stub.WatchPlans(allocator_pb2.WatchPlansRequest(include_current=True), timeout=10)
+    first = next(stream)
+    assert first.node_plan.generation == 1
+    deadline = time.monotonic() + 3
+    while running.handle.loop.feed.subscriber_count() == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    running.handle.loop.tick()
+    running.handle.loop.tick()
+    assert [next(stream).node_plan.generation for _ in range(2)] == [2, 3]
+    collected: list[object] = []
+    done = threading.Event()
+
+    def drain() -> None:
+        collected.extend(stream)  # ends without an error when the server shuts down cleanly
+        done.set()
+
+    threading.Thread(target=drain, daemon=True).start()
+    running.stop(grace=1.0)
+    assert done.wait(3)
+    assert stream.code() == grpc.StatusCode.OK
+
+
+def test_preview_applies_nothing(start: Start, stub_for: StubFor) -> None:
+    running = start()
+    stub = stub_for(running.address)
+    _submit(stub, online_intent())
+    _submit(stub, batch_intent())
+    running.handle.loop.tick()
+    before = stub.GetPlan(allocator_pb2.GetPlanRequest(), timeout=5)
+    intents_before = stub.ListIntents(allocator_pb2.ListIntentsRequest(), timeout=5)
+    req = allocator_pb2.PreviewPlanRequest(
+        disturbance=telemetry_pb2.Disturbance(cpu_pressure=0.8, duration_s=10),
+        arrival_rate_scale=2.0,
+        policy="baseline",
+    )
+    preview = stub.PreviewPlan(req, timeout=5)
+    assert preview.preview.policy == "baseline" and len(preview.preview.allocations) == 2
+    assert preview.current == before.node_plan
+    assert preview.preview_gpu.policy == "baseline"
+    after = stub.GetPlan(allocator_pb2.GetPlanRequest(), timeout=5)
+    assert after.node_plan == before.node_plan and after.policy == "parfusion"
+    assert stub.ListIntents(allocator_pb2.ListIntentsRequest(), timeout=5) == intents_before
+    err = _error(
+        lambda: stub.PreviewPlan(allocator_pb2.PreviewPlanRequest(policy="nope"), timeout=5)
+    )
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT and err.details().startswith("policy:")
+    bad = allocator_pb2.PreviewPlanRequest(disturbance=telemetry_pb2.Disturbance(cpu_pressure=3))
+    assert (
+        _error(lambda: stub.PreviewPlan(bad, timeout=5))
+        .details()
+        .startswith("disturbance.cpu_pressure:")
+    )
+    bad = allocator_pb2.PreviewPlanRequest(arrival_rate_scale=-1)
+    assert (
+        _error(lambda: stub.PreviewPlan(bad, timeout=5)).details().startswith("arrival_rate_scale:")
+    )
+
+
+def test_set_and_list_policies(start: Start, stub_for: StubFor) -> None:
+    running = start()
+    stub = stub_for(running.address)
+    listing = stub.ListPolicies(allocator_pb2.ListPoliciesRequest(), timeout=5)
+    names = [p.name for p in listing.policies]
+    assert listing.active == "parfusion" and {"parfusion", "baseline"} <= set(names)
+    assert all(p.kind in {"parfusion", "reference", "ablation"} for p in listing.policies)
+    reply = stub.SetPolicy(allocator_pb2.SetPolicyRequest(name="baseline"), timeout=5)
+    assert (reply.previous, reply.active) == ("parfusion", "baseline")
+    _submit(stub, online_intent())
+    running.handle.loop.tick()
+    plan = stub.GetPlan(allocator_pb2.GetPlanRequest(), timeout=5)
+    assert plan.policy == "baseline" and plan.node_plan.policy == "baseline"
+    err = _error(lambda: stub.SetPolicy(allocator_pb2.SetPolicyRequest(name="nope"), timeout=5))
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT and err.details().startswith("name:")
+    assert stub.ListPolicies(allocator_pb2.ListPoliciesRequest(), timeout=5).active == "baseline"
+
+
+def test_delete_removes_metric_series(start: Start, stub_for: StubFor) -> None:
+    running = start()
+    stub = stub_for(running.address)
+    web = _submit(stub, online_intent("metric-web")).intent
+    running.handle.loop.tick()
+    labels = {"intent": "metric-web", "intent_id": web.id}
+    assert REGISTRY.get_sample_value("parfusion_dmug_units", labels) is not None
+    stub.DeleteIntent(allocator_pb2.DeleteIntentRequest(id=web.id), timeout=5)
+    assert REGISTRY.get_sample_value("parfusion_dmug_units", labels) is None
+    running.handle.loop.tick()
+    assert REGISTRY.get_sample_value("parfusion_dmug_units", labels) is None
+
+
+def test_demo_intents_seed_an_empty_store_once(start: Start, stub_for: StubFor) -> None:
+    running = start(seed_intents=True)
+    stub = stub_for(running.address)
+    ids = [i.id for i in stub.ListIntents(allocator_pb2.ListIntentsRequest(), timeout=5).intents]
+    assert sorted(ids) == ["demo-batch-training", "demo-online-inference", "demo-robot-mission"]
+    stub.DeleteIntent(allocator_pb2.DeleteIntentRequest(id="demo-robot-mission"), timeout=5)
+    running.stop(0)
+    again = start(seed_intents=True)
+    ids = [
+        i.id
+        for i in stub_for(again.address)
+        .ListIntents(allocator_pb2.ListIntentsRequest(), timeout=5)
+        .intents
+    ]
+    assert sorted(ids) == ["demo-batch-training", "demo-online-inference"]  # not re-seeded
+
+
+def _spawn(home: Path, port: int) -> subprocess.Popen[bytes]:
+    env = {
+        **os.environ,
+        "PARFUSION_HOME": str(home),
+        "PARFUSION_ALLOCATOR_SEED_INTENTS": "false",
+        "PARFUSION_ALLOCATOR_NODEAGENT_ADDRESS": "",
+        "PARFUSION_ALLOCATOR_GPULANE_ADDRESS": "",
+        "PYTHONPATH": str(ROOT),
+    }
+    env.pop("PARFUSION_API_TOKEN", None)
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "services.allocator",
+            "--port",
+            str(port),
+            "--metrics-port",
+            str(free_port()),
+        ],
+        cwd=home,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def _wait_ready(
+    stub: allocator_pb2_grpc.AllocatorServiceStub, proc: subprocess.Popen[bytes]
+) -> None:
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, "allocator exited during start-up"
+        try:
+            stub.ListIntents(allocator_pb2.ListIntentsRequest(), timeout=0.5)
+            return
+        except grpc.RpcError:
+            time.sleep(0.1)
+    raise AssertionError("allocator did not start")
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_restart_without_loss_after_kill_9(home: Path) -> None:
+    port = free_port()
+    proc = _spawn(home, port)
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
+            stub = allocator_pb2_grpc.AllocatorServiceStub(ch)
+            _wait_ready(stub, proc)
+            acked = [_submit(stub, online_intent(f"svc-{i}")).intent for i in range(20)]
+            acked.append(_submit(stub, batch_intent(intent_id="job-kept")).intent)
+        os.kill(proc.pid, signal.SIGKILL)  # no shutdown path runs: only what was committed survives
+        proc.wait(timeout=10)
+        proc = _spawn(home, port)
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
+            stub = allocator_pb2_grpc.AllocatorServiceStub(ch)
+            _wait_ready(stub, proc)
+            stored = list(stub.ListIntents(allocator_pb2.ListIntentsRequest(), timeout=5).intents)
+            assert stored == acked
+            assert _submit(stub, batch_intent(intent_id="job-kept")).already_existed
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+    assert (home / "run" / "allocator.db").exists()
