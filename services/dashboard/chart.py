@@ -39,6 +39,11 @@ ROBOT_COLOURS = {
 }
 
 
+LEFT, RIGHT = 56, 14
+CHAR_W = 6.4  # average glyph width of the 11px label font, for laying labels out without overlap
+LABEL_ROWS = 4
+
+
 def _fmt(v: float) -> str:
     return f"{v:.1f}"
 
@@ -49,10 +54,10 @@ def latency_chart(
     *,
     now: float,
     window_s: float,
-    width: int = 900,
-    height: int = 280,
+    width: int = 1400,
+    height: int = 300,
 ) -> Markup:
-    left, right, top, bottom = 52, 12, 64, 28
+    left, right, top, bottom = LEFT, RIGHT, 64, 26
     plot_w, plot_h = width - left - right, height - top - bottom
     start = now - window_s
 
@@ -80,12 +85,14 @@ def latency_chart(
         f'<rect x="{left}" y="{top}" width="{plot_w}" height="{plot_h}" fill="#f8fafc" '
         'stroke="#cbd5e1"/>',
     ]
+    digits = 0 if y_max >= 20 else 1
     for i in range(5):
         v = y_max * i / 4
         parts.append(
             f'<line x1="{left}" x2="{left + plot_w}" y1="{_fmt(y(v))}" y2="{_fmt(y(v))}" '
             'stroke="#e2e8f0"/>'
-            f'<text x="{left - 6}" y="{_fmt(y(v) + 4)}" text-anchor="end" class="axis">{v:.0f}</text>'
+            f'<text x="{left - 6}" y="{_fmt(y(v) + 4)}" text-anchor="end" class="axis">'
+            f"{v:.{digits}f}</text>"
         )
     for i in range(7):
         t = start + window_s * i / 6
@@ -125,21 +132,37 @@ def latency_chart(
             f'<text x="{left + 22 + i * 170}" y="{top + 17}" class="legend">{escape(name)} p99</text>'
         )
 
-    rows = 4
-    for i, event in enumerate(e for e in events if e.t >= start):
+    row_ends = [float("-inf")] * LABEL_ROWS
+    for number, event in enumerate((e for e in events if e.t >= start), 1):
         colour = EVENT_COLOURS.get(event.kind, "#334155")
         ex = x(event.t)
-        row = i % rows
-        ly = 12 + row * 13
-        anchor = "end" if ex > left + plot_w * 0.75 else "start"
-        dx = -3 if anchor == "end" else 3
+        badge = f"{number}"
+        text = f"{number} {event.label}"
+        span = CHAR_W * len(text) + 8
+        # first row whose last label ends before this one starts; right-anchored near the edge
+        anchor_end = ex + span > left + plot_w
+        x0 = ex - span if anchor_end else ex
+        row = next((r for r in range(LABEL_ROWS) if row_ends[r] < x0), None)
+        ly = 12 + (row if row is not None else LABEL_ROWS - 1) * 13
         parts.append(
-            f'<g class="event" data-kind="{escape(event.kind)}">'
+            f'<g class="event" data-kind="{escape(event.kind)}" data-label="{escape(event.label)}">'
             f'<line x1="{_fmt(ex)}" x2="{_fmt(ex)}" y1="{ly + 2}" y2="{top + plot_h}" '
             f'stroke="{colour}" stroke-width="1.2" stroke-dasharray="2 2"/>'
-            f'<text x="{_fmt(ex + dx)}" y="{ly}" text-anchor="{anchor}" fill="{colour}" '
-            f'class="event-label">{escape(event.label)}</text></g>'
         )
+        if row is not None:
+            row_ends[row] = x0 + span
+            anchor = "end" if anchor_end else "start"
+            dx = -3 if anchor_end else 3
+            parts.append(
+                f'<text x="{_fmt(ex + dx)}" y="{ly}" text-anchor="{anchor}" fill="{colour}" '
+                f'class="event-label">{escape(text)}</text>'
+            )
+        else:  # no room for the words here: the number ties the marker to the legend below
+            parts.append(
+                f'<text x="{_fmt(ex)}" y="{top + plot_h - 4}" text-anchor="middle" fill="{colour}" '
+                f'class="event-badge">{badge}</text>'
+            )
+        parts.append("</g>")
     if not names:
         parts.append(
             f'<text x="{left + plot_w / 2:.0f}" y="{top + plot_h / 2:.0f}" text-anchor="middle" '
@@ -150,9 +173,9 @@ def latency_chart(
 
 
 def robot_timeline(
-    spans: Sequence[RobotSpan], *, now: float, window_s: float, width: int = 900, height: int = 46
+    spans: Sequence[RobotSpan], *, now: float, window_s: float, width: int = 1400, height: int = 34
 ) -> Markup:
-    left, right = 52, 12
+    left, right = LEFT, RIGHT
     plot_w = width - left - right
     start = now - window_s
 
@@ -162,7 +185,7 @@ def robot_timeline(
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" '
         'class="robot-timeline" role="img" aria-label="robot state timeline">',
-        f'<text x="{left - 6}" y="22" text-anchor="end" class="axis">robot</text>',
+        f'<text x="{left - 6}" y="21" text-anchor="end" class="axis">robot</text>',
     ]
     for i, span in enumerate(spans):
         end = spans[i + 1].start if i + 1 < len(spans) else now
@@ -172,11 +195,11 @@ def robot_timeline(
             f'<rect class="robot-span" data-state="{escape(span.state)}" x="{_fmt(x0)}" y="6" '
             f'width="{_fmt(max(x1 - x0, 1.0))}" height="22" fill="{colour}" stroke="#fff"/>'
         )
-        if x1 - x0 > 60:
+        if x1 - x0 > CHAR_W * 0.85 * len(span.state) + 8:
             parts.append(
                 f'<text x="{_fmt(x0 + 4)}" y="21" class="robot-label">{escape(span.state)}</text>'
             )
     if not spans:
-        parts.append(f'<text x="{left + 6}" y="22" class="empty">no robot state yet</text>')
+        parts.append(f'<text x="{left + 6}" y="21" class="empty">no robot state yet</text>')
     parts.append("</svg>")
     return Markup("".join(parts))

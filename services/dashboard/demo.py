@@ -124,7 +124,6 @@ class GuidedDemo:
         self.started_at = time.time()
         self.stage_index = -1
         self.records = []
-        self.timeline.note(self.started_at, "stage", "guided demo started")
         self._task = asyncio.create_task(self._play(), name="guided-demo")
         return True
 

@@ -225,19 +225,34 @@ def node(snapshot: Snapshot) -> dict[str, Any]:
     }
 
 
+ROBOT_STATES = (
+    "IDLE",
+    "RUNNING",
+    "CHECKPOINTING",
+    "PREEMPTED",
+    "URGENT_TASK_RUNNING",
+    "RESUMING",
+    "COMPENSATING",
+    "COMPLETED",
+)
+
+
 def robot(snapshot: Snapshot, timeline: Timeline, now: float, window_s: float) -> dict[str, Any]:
     state, error = _value(snapshot, "bridge")
     _, _, spans = timeline.window(now, window_s)
+    preemptions = sum(1 for s in spans if s.state == "PREEMPTED")
     details = []
     if isinstance(state, dict):
         for key, value in state.items():
-            if key != "state" and not isinstance(value, (dict, list)):
+            if key != "state" and value is not None and not isinstance(value, (dict, list)):
                 details.append((key, value))
     return {
         "error": error,
         "state": state.get("state") if isinstance(state, dict) else None,
         "details": details[:14],
-        "timeline": chart.robot_timeline(spans, now=now, window_s=window_s),
+        "states": ROBOT_STATES,
+        "preemptions": preemptions,
+        "timeline": chart.robot_timeline(spans, now=now, window_s=window_s, width=600, height=34),
     }
 
 
@@ -250,8 +265,23 @@ def services(snapshot: Snapshot, addresses: dict[str, str]) -> list[dict[str, An
 
 
 def latency(timeline: Timeline, now: float, window_s: float) -> dict[str, Any]:
-    samples, events, _ = timeline.window(now, window_s)
-    return {"svg": chart.latency_chart(samples, events, now=now, window_s=window_s)}
+    """The chart marks every event except robot transitions, which the band below it shows
+    on the same time axis (they come in bursts of six and would bury the rest)."""
+    samples, events, spans = timeline.window(now, window_s)
+    marked = [e for e in events if e.kind != "robot"]
+    return {
+        "svg": chart.latency_chart(samples, marked, now=now, window_s=window_s),
+        "robot_svg": chart.robot_timeline(spans, now=now, window_s=window_s),
+        "legend": [
+            {
+                "number": i,
+                "kind": e.kind,
+                "label": e.label,
+                "colour": chart.EVENT_COLOURS.get(e.kind),
+            }
+            for i, e in enumerate(marked, 1)
+        ],
+    }
 
 
 def now() -> float:

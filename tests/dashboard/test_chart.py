@@ -28,8 +28,10 @@ def test_series_deadline_and_every_event_are_drawn_and_labelled() -> None:
     line = svg.find(".//s:polyline[@data-intent='web']", NS)
     assert line is not None and len(line.attrib["points"].split()) == 12
     assert svg.find(".//s:line[@class='deadline']", NS) is not None
-    labels = [t.text for t in svg.iterfind(".//s:g[@class='event']/s:text", NS)]
-    assert labels == [e.label for e in events]
+    marked = [g.attrib["data-label"] for g in svg.iterfind(".//s:g[@class='event']", NS)]
+    assert marked == [e.label for e in events]
+    texts = [t.text for t in svg.iterfind(".//s:g[@class='event']/s:text", NS)]
+    assert texts == [f"{i} {e.label}" for i, e in enumerate(events, 1)]
     assert any("deadline 50 ms" in (t.text or "") for t in svg.iterfind(".//s:text", NS))
 
 
@@ -43,6 +45,18 @@ def test_points_rise_with_latency_and_old_events_fall_out_of_the_window() -> Non
     ys = [float(p.split(",")[1]) for p in svg.find(".//s:polyline", NS).attrib["points"].split()]  # type: ignore[union-attr]
     assert ys == sorted(ys, reverse=True)  # larger p99 is drawn higher (smaller y)
     assert svg.find(".//s:g[@class='event']", NS) is None
+
+
+def test_crowded_events_stack_in_rows_then_fall_back_to_numbered_badges() -> None:
+    now = 1000.0
+    events = [Event(now - 60 + i * 0.1, "stage", f"stage number {i}") for i in range(8)]
+    svg = ET.fromstring(str(latency_chart([], events, now=now, window_s=120)))
+    groups = svg.findall(".//s:g[@class='event']", NS)
+    assert len(groups) == 8  # every event keeps its marker
+    labelled = [g for g in groups if g.find("s:text[@class='event-label']", NS) is not None]
+    badges = [g.find("s:text[@class='event-badge']", NS) for g in groups]
+    assert len(labelled) == 4  # one label per free row, no two overlapping
+    assert [b.text for b in badges if b is not None] == ["5", "6", "7", "8"]
 
 
 def test_labels_are_escaped_and_empty_chart_says_so() -> None:

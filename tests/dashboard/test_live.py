@@ -1,0 +1,88 @@
+"""Routes against a real in-process allocator (gRPC, seeded demo intents, control loop running).
+
+The node agent and GPU-lane addresses point at free ports, so the plan is built from the
+allocator's own view (stale node) and their panels show the service-down rendering.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from starlette.testclient import TestClient
+
+from services.allocator.server import RunningAllocator, start_allocator
+from services.common.config import ServiceSettings, build_settings
+from services.dashboard.app import create_app
+from tests.conftest import free_port
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def allocator(home: Path) -> Iterator[RunningAllocator]:
+    settings = build_settings(
+        "allocator",
+        overrides={
+            "port": 0,
+            "tick_ms": 100.0,
+            "nodeagent_address": f"127.0.0.1:{free_port()}",
+            "gpulane_address": f"127.0.0.1:{free_port()}",
+            "seed_intents": True,
+        },
+        env={"PARFUSION_HOME": str(home)},
+    )
+    running = start_allocator(settings, port=0)
+    yield running
+    running.stop()
+
+
+def _rows(html: str, table_id: str) -> dict[str, str]:
+    table = html.split(f'id="{table_id}"', 1)[1].split("</table>", 1)[0]
+    return dict(re.findall(r'<tr data-intent="([^"]+)"[^>]*>(.*?)</tr>', table, re.S))
+
+
+def _wait(predicate: Callable[[], bool], timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        time.sleep(0.1)
+
+
+def test_allocator_table_policies_and_preview_from_the_real_allocator(
+    allocator: RunningAllocator, dashboard_settings: Callable[..., ServiceSettings]
+) -> None:
+    settings = dashboard_settings(allocator_address=allocator.address)
+    with TestClient(create_app(settings)) as client:
+        _wait(lambda: len(_rows(client.get("/partials/allocator").text, "allocation-table")) >= 3)
+        page = client.get("/").text
+        rows = _rows(page, "allocation-table")
+        intents = {i.name for i in allocator.handle.store.list()}
+        assert set(rows) == intents
+        assert "allocator unreachable" not in page
+        assert f"nodeagent unreachable at {settings.get_str('nodeagent_address')}" in page
+
+        # every reference policy and ablation the allocator lists gets a button
+        policies = client.get("/partials/policies").text
+        for name in ("baseline", "parfusion", "static", "edf-only", "no-degrade", "no-preemption"):
+            assert f'data-policy="{name}"' in policies
+
+        done = client.post("/actions/policy?name=baseline").text
+        assert "policy baseline active" in done
+        assert allocator.handle.loop.policy_name == "baseline"
+        _wait(lambda: 'id="active-policy">baseline<' in client.get("/partials/cockpit").text)
+        events = client.get("/partials/events").text
+        assert "set policy baseline" in events
+        refused = client.post("/actions/policy?name=nope").text
+        assert "SetPolicy nope failed" in refused and "INVALID_ARGUMENT" in refused
+
+        client.post("/actions/policy?name=parfusion")
+        calm = client.get("/partials/preview?cpu=0&gpu=0&network=0&rate=1").text
+        storm = client.get("/partials/preview?cpu=0.9&gpu=0.8&network=0.5&rate=3").text
+        assert 'id="preview-table"' in storm
+        assert _rows(calm, "preview-table") != _rows(storm, "preview-table")
+        assert allocator.handle.loop.policy_name == "parfusion"  # nothing applied
