@@ -158,7 +158,7 @@ class LaneController:
             content_fp = fingerprint(content)
             outcomes: list[dict[str, Any]] = []
             if mode == APPLY and content_fp != self._applied_fingerprint:
-                self._check_apply(placements)
+                self._check_apply(placements, preview)
                 outcomes = execute_mps(preview.commands, self._runner)
                 self._applied_fingerprint = content_fp
             record = {
@@ -190,13 +190,21 @@ class LaneController:
                 changed=changed,
             )
 
-    def _check_apply(self, placements: tuple[LanePlacement, ...]) -> None:
-        """Apply mode acts only on GPUs NVML shows present and idle; otherwise nothing runs."""
+    def _check_apply(self, placements: tuple[LanePlacement, ...], preview: Preview) -> None:
+        """Apply mode acts only on GPUs NVML shows present and idle; otherwise nothing runs.
+
+        Placements left at their defaults change nothing on a GPU, so they need no check; a
+        plan with nothing to run needs none either, except that NVML must answer at all.
+        """
         snap = self.snapshot()
         if not snap.available:
             self._refuse("no_nvml", f"apply mode needs NVML to show the GPUs idle: {snap.error}")
+        if not any(c.kind == "mps" for c in preview.commands):
+            return
         own = tuple(self._own_pids())
         for p in placements:
+            if p.at_defaults:
+                continue
             if p.share_percent > 0 and not p.available:
                 self._refuse("absent", f"intent {p.intent_id}: {p.reason}")
             for gpu in p.gpu_indexes:

@@ -193,3 +193,16 @@ def test_priority_range_is_probed_in_the_background(tmp_path: Path) -> None:
     assert no_gpu.priority_range().assumed
     no_gpu.wait_for_probe()
     assert no_gpu.priority_range().assumed
+
+
+def test_apply_with_defaults_policy_runs_nothing_and_needs_no_idle_gpu(tmp_path: Path) -> None:
+    runner = RecordingRunner()
+    fake = h200_node(gpu0=FakeGpu(utilization=90, pids=[1]), gpu2=FakeGpu(utilization=90, pids=[2]))
+    c = controller(tmp_path, fake, "apply", runner)
+    reply = c.apply(apply_req(demo_plan("no-gpuintent", enabled=False)))
+    assert reply.mode == gpulane_pb2.APPLY_MODE_APPLY and list(reply.commands) == []
+    assert runner.calls == []
+    with pytest.raises(FailedPrecondition, match="needs NVML"):
+        controller(tmp_path, FakeNvml(driver_missing=True), "apply").apply(
+            apply_req(demo_plan("no-gpuintent", enabled=False))
+        )
