@@ -24,12 +24,12 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
 from services.bridge.allocator_client import AllocatorOutcome
 from services.bridge.checkpoint import CheckpointStore
 from services.bridge.metrics import BridgeMetrics
+from services.bridge.mission import Mission, UrgentEvent
 from services.bridge.statemachine import (
     MISSION_ACTIVE,
     Event,
@@ -52,75 +52,6 @@ class AllocatorPort(Protocol):
     def submit_urgent(self, event_id: str, name: str, deadline_ms: float) -> AllocatorOutcome: ...
 
     def delete_urgent(self, event_id: str) -> AllocatorOutcome: ...
-
-
-@dataclass
-class Mission:
-    id: str
-    spec: MissionSpec
-    started_at: float
-    step: int = 0
-    checkpoint_step: int = 0
-    steps_redone: int = 0
-    preemptions: int = 0
-    restarts: int = 0
-    outcome: str = ""  # "", "met", "missed", "cancelled"
-    ended_at: float | None = None
-    plan: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def live(self) -> bool:
-        return not self.outcome
-
-    def at_safe_point(self) -> bool:
-        return self.step % self.spec.safe_point_interval == 0
-
-    def steps_to_safe_point(self) -> int:
-        interval = self.spec.safe_point_interval
-        return min(interval - self.step % interval, self.spec.steps - self.step)
-
-    def to_doc(self) -> dict[str, Any]:
-        doc = asdict(self)
-        doc["spec"] = asdict(self.spec)
-        return doc
-
-    @classmethod
-    def from_doc(cls, doc: dict[str, Any]) -> Mission:
-        fields = dict(doc)
-        fields["spec"] = MissionSpec(**fields["spec"])
-        return cls(**fields)
-
-
-@dataclass
-class UrgentEvent:
-    id: str
-    spec: UrgentSpec
-    arrived_at: float
-    seq: int
-    source: str = "http"
-    done: int = 0
-    mission_stopped_at: float | None = None
-    started_at: float | None = None
-    finished_at: float | None = None
-    allocator: str = "pending"  # pending, granted, unreachable, rejected, disabled
-    allocator_error: str = ""
-    intent_deleted: bool | None = None
-    outcome: str = ""  # "", "met", "missed"
-
-    @property
-    def deadline_at(self) -> float:
-        return self.arrived_at + self.spec.deadline_ms / 1000.0
-
-    def to_doc(self) -> dict[str, Any]:
-        doc = asdict(self)
-        doc["spec"] = asdict(self.spec)
-        return doc
-
-    @classmethod
-    def from_doc(cls, doc: dict[str, Any]) -> UrgentEvent:
-        fields = dict(doc)
-        fields["spec"] = UrgentSpec(**fields["spec"])
-        return cls(**fields)
 
 
 class RobotBridge:
