@@ -91,7 +91,7 @@ def render_figure(result: dict[str, Any], path: Path) -> None:
 
 
 def write_outputs(result: dict[str, Any], results_dir: Path, stamp: str) -> dict[str, Path]:
-    base = f"gpu_corun-{stamp}" + ("-synthetic" if result.get("synthetic") else "")
+    base = f"gpu-corun-{stamp}" + ("-synthetic" if result.get("synthetic") else "")
     json_path = results_dir / f"{base}.json"
     figure_path = results_dir / "figures" / f"{base}.png"
     report_path = results_dir / "reports" / f"{base}.md"

@@ -113,11 +113,11 @@ def test_report_rendering_of_a_synthetic_result(tmp_path: Path) -> None:
     assert "| alone | 0.200 | 0.250 | 0.300 | 1000 | 0 | - | - | - | - |" in md
     assert "parfusion / baseline: **0.10x**" in md
     paths = write_outputs(result, tmp_path, "20260101T000000Z")
-    assert paths["json"].name == "gpu_corun-20260101T000000Z-synthetic.json"
+    assert paths["json"].name == "gpu-corun-20260101T000000Z-synthetic.json"
     assert json.loads(paths["json"].read_text())["synthetic"] is True
     assert paths["figure"].parent == tmp_path / "figures" and paths["figure"].stat().st_size > 1000
     assert paths["report"].parent == tmp_path / "reports"
-    assert "../figures/gpu_corun-20260101T000000Z-synthetic.png" in paths["report"].read_text()
+    assert "../figures/gpu-corun-20260101T000000Z-synthetic.png" in paths["report"].read_text()
 
 
 class HostOps:
