@@ -15,7 +15,10 @@ import pytest
 from services.bridge import smoke
 from tests.conftest import ROOT
 
-pytestmark = pytest.mark.integration
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.slow,
+]  # a real process: a few seconds on a busy machine
 
 
 def test_the_bridge_process_serves_healthz_and_passes_the_smoke_check(
