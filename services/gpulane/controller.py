@@ -133,6 +133,7 @@ class LaneController:
             self.priority_range(),
             policy=plan.policy,
             mig_ids=self._mig_ids,
+            uuids={d.index: d.uuid for d in snap.devices},
             reference_preview=self.options.reference_preview,
         )
         return placements, preview

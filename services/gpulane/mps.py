@@ -7,6 +7,8 @@ Facts the commands respect (nvidia-cuda-mps-control(1), the MPS guide):
   a running server is changed with ``set_active_thread_percentage SERVER_PID PCT``.
 - One MPS server serves one user id, so every intent run as the same user shares one server:
   the daemon default is the largest share, and each client tightens to its own share.
+- An MPS daemon started with CUDA_VISIBLE_DEVICES remaps device indexes for its clients;
+  devices are therefore named by UUID in both the daemon's and the clients' environment.
 - ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`` and ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT`` in a client's
   environment can only tighten the daemon's limits, never raise them.
 """
@@ -14,6 +16,7 @@ Facts the commands respect (nvidia-cuda-mps-control(1), the MPS guide):
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 MPS_CONTROL = "nvidia-cuda-mps-control"
 GIB = 1024**3
@@ -44,13 +47,25 @@ def default_pinned_mem_line(device_ordinal: int, limit_bytes: int) -> str:
     return f"set_default_device_pinned_mem_limit {device_ordinal} {mem_limit_text(limit_bytes)}"
 
 
+def visible_devices(gpu_indexes: tuple[int, ...], uuids: Mapping[int, str]) -> str:
+    """CUDA_VISIBLE_DEVICES by GPU UUID where NVML gave one.
+
+    An MPS daemon started with CUDA_VISIBLE_DEVICES remaps device indexes for its clients, so
+    the MPS guide recommends UUIDs; indexes (with PCI bus order) only where no UUID is known.
+    """
+    return ",".join(uuids.get(i) or str(i) for i in gpu_indexes)
+
+
 def client_env(
-    gpu_indexes: tuple[int, ...], share_percent: float, memory_limit_bytes: int
+    gpu_indexes: tuple[int, ...],
+    share_percent: float,
+    memory_limit_bytes: int,
+    uuids: Mapping[int, str] | None = None,
 ) -> dict[str, str]:
     """Environment for one intent's GPU processes; ordinals are relative to the visible set."""
     env = {
-        "CUDA_DEVICE_ORDER": "PCI_BUS_ID",  # CUDA ordinals follow the NVML index order
-        "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in gpu_indexes),
+        "CUDA_DEVICE_ORDER": "PCI_BUS_ID",  # index fallback follows the NVML index order
+        "CUDA_VISIBLE_DEVICES": visible_devices(gpu_indexes, uuids or {}),
         "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": str(thread_percentage(share_percent)),
     }
     if memory_limit_bytes > 0:

@@ -49,6 +49,8 @@ FACT_NOTES = (
     "environment can only tighten the daemon's limits, never raise them; the daemon default is "
     "therefore the largest share and each client tightens to its own.",
     "One MPS server serves one user id: intents run as the same user share one server.",
+    "CUDA_VISIBLE_DEVICES names GPUs by UUID: an MPS daemon started on a subset of GPUs remaps "
+    "device indexes for its clients, so indexes would point at the wrong board.",
     "CUDA stream priority: lower number is higher priority; it orders pending work and never "
     "preempts a running kernel, so batch kernels must stay short for the online tail to hold.",
     "MIG profile ids are read at run time from nvidia-smi mig -lgip; re-partitioning needs an "
@@ -70,9 +72,11 @@ def build_preview(
     *,
     policy: str = "",
     mig_ids: Mapping[tuple[int, str], int] | None = None,
+    uuids: Mapping[int, str] | None = None,
     reference_preview: bool = True,
 ) -> Preview:
     mig_ids = mig_ids or {}
+    uuids = uuids or {}
     notes = [f"CUDA stream priority range {priority_range.describe()}."]
     if priority_range.assumed:
         notes.append("ASSUMPTION: the stream priority range was not queried from a device.")
@@ -96,7 +100,10 @@ def build_preview(
         CommandSpec(
             (mps.MPS_CONTROL, "-d"),
             any_label + "start the MPS control daemon once per node over the planned GPUs",
-            env={"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": _csv(union)},
+            env={
+                "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+                "CUDA_VISIBLE_DEVICES": mps.visible_devices(union, uuids),
+            },
         )
     )
     top = max(mps.thread_percentage(p.share_percent) for p, _, _ in active)
@@ -136,7 +143,7 @@ def build_preview(
         )
     )
     for p, gpus, label in active:
-        env = mps.client_env(gpus, p.share_percent, p.memory_limit_bytes)
+        env = mps.client_env(gpus, p.share_percent, p.memory_limit_bytes, uuids)
         env["PARFUSION_CUDA_STREAM_PRIORITY"] = str(p.cuda_stream_priority)
         env["PARFUSION_GPU_CONCURRENCY"] = str(p.concurrency)
         commands.append(
@@ -175,7 +182,3 @@ def _mig_commands(
                 CommandSpec(tuple(argv), prefix + purpose, intent_id=p.intent_id, kind="mig")
             )
     return out
-
-
-def _csv(indexes: tuple[int, ...]) -> str:
-    return ",".join(str(i) for i in indexes)

@@ -137,6 +137,10 @@ def test_apply_on_idle_gpus_runs_mps_lines_once(tmp_path: Path) -> None:
     assert len(runner.calls) == count  # identical plan: not applied again
     record = json.loads((tmp_path / "run" / "gpulane" / "last_plan.json").read_text())
     assert record["executed"][0]["argv"] == ["nvidia-cuda-mps-control", "-d"]
+    daemon_env = next(
+        c.env for c in reply.commands if list(c.argv) == ["nvidia-cuda-mps-control", "-d"]
+    )
+    assert daemon_env["CUDA_VISIBLE_DEVICES"].split(",")[0] == "GPU-00000000"  # NVML's UUID
 
 
 def test_mig_ids_are_looked_up_when_mig_is_enabled(tmp_path: Path) -> None:

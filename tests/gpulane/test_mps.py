@@ -31,3 +31,9 @@ def test_client_env_uses_visible_ordinals() -> None:
     assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=8G,1=8G"
     assert env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
     assert "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT" not in mps.client_env((0,), 50.0, 0)
+
+
+def test_visible_devices_prefers_uuids() -> None:
+    assert mps.visible_devices((2, 3), {2: "GPU-aa", 3: "GPU-bb"}) == "GPU-aa,GPU-bb"
+    assert mps.visible_devices((2, 3), {2: "GPU-aa"}) == "GPU-aa,3"
+    assert mps.client_env((4,), 10.0, 0, {4: "GPU-cc"})["CUDA_VISIBLE_DEVICES"] == "GPU-cc"

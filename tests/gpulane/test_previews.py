@@ -111,3 +111,15 @@ def test_reference_commands_never_mix_with_present_gpus() -> None:
     assert all(REFERENCE_LABEL not in c.purpose for c in preview.commands)
     assert {c.intent_id for c in preview.commands if c.kind == "env"} == {"chat"}
     assert preview.commands[0].env["CUDA_VISIBLE_DEVICES"] == "0"
+
+
+def test_devices_are_named_by_uuid_where_nvml_gives_one() -> None:
+    uuids = {i: f"GPU-{i:08d}" for i in range(8)}
+    preview = _preview(uuids=uuids)
+    assert (
+        preview.commands[0].env["CUDA_VISIBLE_DEVICES"]
+        == "GPU-00000000,GPU-00000002,GPU-00000006,GPU-00000007"
+    )
+    envs = {c.intent_id: c.env for c in preview.commands if c.kind == "env"}
+    assert envs["train"]["CUDA_VISIBLE_DEVICES"] == "GPU-00000002"
+    assert any("remaps device indexes" in n for n in preview.notes)
