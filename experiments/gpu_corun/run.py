@@ -1,8 +1,8 @@
 """`parfusion bench gpu-corun`: gate on an idle GPU, run the three phases, write the outputs.
 
 Refuses (exit 2, nothing started on any GPU) without NVML, when no candidate GPU is idle, or
-without torch/CuPy. The chosen GPU is made the only visible one (CUDA_VISIBLE_DEVICES, PCI bus
-order) before the runtime is imported, so NVML's index and CUDA's device 0 are the same board.
+without torch/CuPy. The chosen GPU is made the only visible one (CUDA_VISIBLE_DEVICES by its NVML
+UUID) before the runtime is imported, so NVML's GPU and CUDA's device 0 are the same board.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def run_gpu_corun(
         return REFUSED, str(exc), {}
     gpu = selection.device.index
     os.environ["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
-    os.environ["CUDA_VISIBLE_DEVICES"] = str(gpu)
+    os.environ["CUDA_VISIBLE_DEVICES"] = selection.device.uuid or str(gpu)
     cfg = CorunConfig(phase_seconds=seconds / 3.0)
     ops = load_ops(runtime, 0, cfg.online_hidden, cfg.online_layers, cfg.batch_n)
     try:
