@@ -128,7 +128,7 @@ class RealBackend:
         self._rep_ms = measure_rep_ms((ONLINE_N, BATCH_N))
         self._generate = generate_arrivals
         self._pace_batch = pace_batch
-        self._urgent_preempts = urgent_preempts_batch
+        self.urgent_preempts_batch = urgent_preempts_batch
         self._rng = random.Random(seed)
         self._lock = threading.RLock()
         self._intents: dict[str, IntentRuntime] = {}
@@ -352,7 +352,7 @@ class RealBackend:
 
     # -- urgent preempts batch ----------------------------------------------------------------
     def preempt_batch(self, task: Task) -> None:
-        if not self._urgent_preempts:
+        if not self.urgent_preempts_batch:
             return
         with self._lock:
             held = [

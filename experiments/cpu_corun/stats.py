@@ -1,0 +1,263 @@
+"""Per-phase metrics, within-repetition ratios, bootstrap intervals, the sanity gate, targets.
+
+Ratios are taken inside one repetition (a co-run against the solo runs of the same
+repetition and load) so slow drifts of the host cancel; across repetitions they are
+aggregated as the median with a bootstrap 95 % interval of the median.
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from experiments.cpu_corun.profiles import STATIC_KNOBS
+from experiments.cpu_corun.runner import PhaseRun
+from experiments.cpu_corun.workload import BATCH_PARALLEL_FRACTION, URGENT_DEADLINE_MS, Calibration
+from services.nodeagent.latency import percentile
+
+GATE_RATIO = 2.0  # the baseline must inflate online p99 at least this much at the top load
+
+
+def amdahl(f: float, p: float) -> float:
+    return 0.0 if p <= 0 else 1.0 / ((1.0 - f) + f / p)
+
+
+def bootstrap_median(
+    values: Sequence[float], iters: int = 2000, seed: int = 7
+) -> dict[str, float | None]:
+    """Median with a percentile-bootstrap 95 % interval (None where there is nothing to resample)."""
+    vals = [v for v in values if v is not None]
+    if not vals:
+        return {"median": None, "lo": None, "hi": None, "n": 0}
+    rng = random.Random(seed)
+    meds = sorted(statistics.median(rng.choices(vals, k=len(vals))) for _ in range(iters))
+    return {
+        "median": statistics.median(vals),
+        "lo": meds[int(0.025 * iters)],
+        "hi": meds[int(0.975 * iters) - 1],
+        "n": len(vals),
+    }
+
+
+def summarize(run: PhaseRun, cal: Calibration) -> dict[str, Any]:
+    lat = sorted(run.online_latency_ms)
+    urgent = sorted(run.urgent_start_ms)
+    n = len(lat)
+    return {
+        "phase": run.phase,
+        "load": run.load,
+        "repetition": run.repetition,
+        "order": run.order,
+        "measure_s": run.measure_s,
+        "rate_per_s": run.rate_per_s,
+        "samples": n,
+        "scheduled": run.online_scheduled,
+        "censored": run.online_censored,
+        "p50_ms": percentile(lat, 50) if n else None,
+        "p95_ms": percentile(lat, 95) if n else None,
+        "p99_ms": percentile(lat, 99) if n else None,
+        "miss_pct": 100.0 * sum(1 for x in lat if x > cal.deadline_ms) / n if n else None,
+        "service_mean_ms": statistics.fmean(run.online_service_ms)
+        if run.online_service_ms
+        else None,
+        "batch_items_per_s": run.batch_items_per_s,
+        "urgent_samples": len(urgent),
+        "urgent_start_p99_ms": percentile(urgent, 99) if urgent else None,
+        "urgent_misses": sum(1 for x in run.urgent_latency_ms if x > URGENT_DEADLINE_MS),
+        "controller_cpu_pct": None
+        if run.controller_cpu_fraction is None
+        else 100.0 * run.controller_cpu_fraction,
+        "ticks": run.ticks,
+        "errors": run.errors,
+        "host_load1": run.host_load1,
+        "host_cpu_percent": run.host_cpu_percent,
+    }
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None or b <= 0 else a / b
+
+
+def with_ratios(rows: list[dict[str, Any]], cal: Calibration) -> list[dict[str, Any]]:
+    """Add co-run / solo ratios of the same repetition (and load) to every row."""
+    solo = {(r["repetition"], r["load"]): r for r in rows if r["phase"] == "online-alone"}
+    batch = {r["repetition"]: r for r in rows if r["phase"] == "batch-alone"}
+    w = cal.workers
+    for r in rows:
+        alone = solo.get((r["repetition"], r["load"]))
+        b_alone = batch.get(r["repetition"])
+        r["p99_ratio"] = (
+            _ratio(r["p99_ms"], alone["p99_ms"]) if alone and r["phase"] != "batch-alone" else None
+        )
+        r["miss_delta_pt"] = (
+            r["miss_pct"] - alone["miss_pct"]
+            if alone and r["miss_pct"] is not None and alone["miss_pct"] is not None
+            else None
+        )
+        r["batch_ratio"] = (
+            _ratio(r["batch_items_per_s"], b_alone["batch_items_per_s"]) if b_alone else None
+        )
+        service = (alone or {}).get("service_mean_ms") or cal.online_median_ms
+        c_online = r["rate_per_s"] * service / 1000.0
+        ideal = amdahl(BATCH_PARALLEL_FRACTION, max(0.0, w - c_online)) / amdahl(
+            BATCH_PARALLEL_FRACTION, w
+        )
+        r["ideal_leftover_ratio"] = ideal
+        r["batch_vs_ideal"] = _ratio(r["batch_ratio"], ideal)
+    return rows
+
+
+METRICS = (
+    "p50_ms",
+    "p95_ms",
+    "p99_ms",
+    "miss_pct",
+    "p99_ratio",
+    "miss_delta_pt",
+    "batch_items_per_s",
+    "batch_ratio",
+    "batch_vs_ideal",
+    "urgent_start_p99_ms",
+    "urgent_misses",
+    "controller_cpu_pct",
+    "samples",
+)
+
+
+def aggregate(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per (phase, load): the median and bootstrap interval of each metric over repetitions."""
+    keys: list[tuple[str, float | None]] = []
+    for r in rows:
+        if (r["phase"], r["load"]) not in keys:
+            keys.append((r["phase"], r["load"]))
+    out = []
+    for phase, load in keys:
+        group = [r for r in rows if r["phase"] == phase and r["load"] == load]
+        agg: dict[str, Any] = {"phase": phase, "load": load, "repetitions": len(group)}
+        for m in METRICS:
+            agg[m] = bootstrap_median([r[m] for r in group if r.get(m) is not None])
+        agg["errors"] = sorted({e for r in group for e in r["errors"]})
+        out.append(agg)
+    return out
+
+
+def _med(agg: list[dict[str, Any]], phase: str, load: float | None, metric: str) -> float | None:
+    for a in agg:
+        if a["phase"] == phase and a["load"] == load:
+            value: float | None = a[metric]["median"]
+            return value
+    return None
+
+
+def sanity_gate(agg: list[dict[str, Any]], loads: Iterable[float]) -> dict[str, Any]:
+    top = max(loads)
+    ratio = _med(agg, "baseline", top, "p99_ratio")
+    ok = ratio is not None and ratio >= GATE_RATIO
+    return {
+        "load": top,
+        "baseline_p99_ratio": ratio,
+        "threshold": GATE_RATIO,
+        "passed": ok,
+        "verdict": "valid"
+        if ok
+        else "void: the baseline co-run does not inflate online p99 by >= 2x, the batch load is too weak",
+    }
+
+
+def _best_static_batch(
+    rows: list[dict[str, Any]], rep: int, load: float, p99_limit: float
+) -> float | None:
+    knobs = [
+        r
+        for r in rows
+        if r["phase"] in STATIC_KNOBS and r["repetition"] == rep and r["load"] == load
+    ]
+    meeting = [r for r in knobs if r["p99_ratio"] is not None and r["p99_ratio"] <= p99_limit]
+    pool = (
+        meeting
+        or sorted((r for r in knobs if r["p99_ratio"] is not None), key=lambda r: r["p99_ratio"])[
+            :1
+        ]
+    )
+    return max((r["batch_items_per_s"] for r in pool), default=None)
+
+
+def targets(
+    rows: list[dict[str, Any]], cal: Calibration, loads: Iterable[float]
+) -> list[dict[str, Any]]:
+    """The parfusion targets, evaluated per repetition, reported as the median over repetitions."""
+    out: list[dict[str, Any]] = []
+
+    def add(
+        load: float | None, name: str, values: list[float | None], limit: float, upper: bool
+    ) -> None:
+        stat = bootstrap_median([v for v in values if v is not None])
+        med = stat["median"]
+        met = None if med is None else (med <= limit if upper else med >= limit)
+        out.append(
+            {
+                "load": load,
+                "target": name,
+                "limit": limit,
+                "bound": "<=" if upper else ">=",
+                **stat,
+                "met": met,
+            }
+        )
+
+    pf = [r for r in rows if r["phase"] == "parfusion"]
+    for load in sorted(loads):
+        here = [r for r in pf if r["load"] == load]
+        if load <= 0.5:
+            add(load, "p99 / online-alone", [r["p99_ratio"] for r in here], 1.2, True)
+            add(load, "miss % - alone's (points)", [r["miss_delta_pt"] for r in here], 0.5, True)
+            add(
+                load,
+                "batch / ideal leftover S(W-c)/S(W)",
+                [r["batch_vs_ideal"] for r in here],
+                0.85,
+                False,
+            )
+            add(
+                load,
+                "batch / best static knob",
+                [
+                    _ratio(
+                        r["batch_items_per_s"], _best_static_batch(rows, r["repetition"], load, 1.2)
+                    )
+                    for r in here
+                ],
+                1.0,
+                False,
+            )
+        else:
+            add(load, "p99 / online-alone", [r["p99_ratio"] for r in here], 1.5, True)
+            add(load, "miss % - alone's (points)", [r["miss_delta_pt"] for r in here], 1.0, True)
+            nice = {
+                r["repetition"]: r for r in rows if r["phase"] == "nice19" and r["load"] == load
+            }
+            add(
+                load,
+                "batch / nice-19 batch",
+                [
+                    _ratio(
+                        r["batch_items_per_s"],
+                        (nice.get(r["repetition"]) or {}).get("batch_items_per_s"),
+                    )
+                    for r in here
+                ],
+                0.9,
+                False,
+            )
+    add(
+        None,
+        "urgent start p99 (ms)",
+        [r["urgent_start_p99_ms"] for r in pf],
+        cal.batch_item_ms + 10.0,
+        True,
+    )
+    add(None, "urgent misses", [float(r["urgent_misses"]) for r in pf], 0.0, True)
+    add(None, "controller CPU (% of one core)", [r["controller_cpu_pct"] for r in pf], 2.0, True)
+    return out

@@ -1,0 +1,162 @@
+"""The CPU co-run harness: a short real run checks the report's structure (not its numbers),
+and the statistics (ratios within a repetition, bootstrap, gate, budget split) are exact."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import psutil
+import pytest
+
+from experiments.cpu_corun import stats
+from experiments.cpu_corun.cli import measure_seconds, plan_runs
+from experiments.cpu_corun.profiles import CO_RUN, PROFILES
+from experiments.cpu_corun.workload import Calibration, poisson
+
+
+def _cal() -> Calibration:
+    return Calibration((0, 1), 12.0, 12.0, 60, 160.0, 60.0, 8.0)
+
+
+def test_poisson_schedule_is_seeded_and_has_the_rate() -> None:
+    a = poisson(100.0, 20.0, random.Random(3))
+    assert a == poisson(100.0, 20.0, random.Random(3))
+    assert 1800 < len(a) < 2200 and a == sorted(a) and a[-1] < 20.0
+
+
+def test_budget_gives_each_online_phase_about_the_same_samples() -> None:
+    prof = PROFILES["full"]
+    runs = plan_runs(prof, CO_RUN, random.Random(1))
+    assert all(len(rep) == 1 + len(prof.loads) * (1 + len(CO_RUN)) for rep in runs)
+    assert [r[0] for r in runs[0]] != [r[0] for r in runs[1]]  # order randomised per repetition
+    windows = measure_seconds(prof, runs, prof.default_seconds)
+    samples = {load: load * 160.0 * windows[load] for load in prof.loads}
+    assert max(samples.values()) == pytest.approx(min(samples.values()))
+    assert min(samples.values()) >= 2000  # the full profile's default budget reaches the p99 target
+
+
+def test_ratios_are_within_a_repetition_and_the_gate_reads_the_top_load() -> None:
+    cal = _cal()
+
+    def row(
+        phase: str, rep: int, load: float | None, p99: float | None, batch: float = 0.0
+    ) -> dict:  # type: ignore[type-arg]
+        return {
+            "phase": phase,
+            "repetition": rep,
+            "load": load,
+            "p99_ms": p99,
+            "miss_pct": 1.0 if p99 else None,
+            "batch_items_per_s": batch,
+            "rate_per_s": (load or 0) * 160.0,
+            "service_mean_ms": 12.0,
+            "errors": [],
+            "samples": 100,
+            "p50_ms": p99,
+            "p95_ms": p99,
+            "urgent_start_p99_ms": None,
+            "urgent_misses": 0,
+            "controller_cpu_pct": None,
+        }
+
+    rows = [
+        row("online-alone", 0, 0.7, 20.0),
+        row("online-alone", 1, 0.7, 40.0),
+        row("batch-alone", 0, None, None, 100.0),
+        row("batch-alone", 1, None, None, 50.0),
+        row("baseline", 0, 0.7, 60.0, 50.0),
+        row("baseline", 1, 0.7, 80.0, 25.0),
+    ]
+    out = stats.with_ratios(rows, cal)
+    base = [r for r in out if r["phase"] == "baseline"]
+    assert [r["p99_ratio"] for r in base] == [3.0, 2.0]
+    assert [r["batch_ratio"] for r in base] == [0.5, 0.5]
+    c = 0.7 * 160.0 * 12.0 / 1000.0
+    assert base[0]["ideal_leftover_ratio"] == pytest.approx(
+        stats.amdahl(0.9, 2 - c) / stats.amdahl(0.9, 2)
+    )
+    agg = stats.aggregate(out)
+    gate = stats.sanity_gate(agg, [0.7])
+    assert gate["passed"] and gate["baseline_p99_ratio"] == 2.5
+    rows[4]["p99_ms"] = 30.0
+    rows[5]["p99_ms"] = 40.0
+    weak = stats.sanity_gate(stats.aggregate(stats.with_ratios(rows, cal)), [0.7])
+    assert not weak["passed"] and weak["verdict"].startswith("void")
+
+
+def test_bootstrap_interval_contains_the_median() -> None:
+    b = stats.bootstrap_median([1.0, 2.0, 3.0, 4.0, 100.0])
+    assert b["median"] == 3.0 and b["lo"] <= 3.0 <= b["hi"] and b["n"] == 5
+    assert stats.bootstrap_median([])["median"] is None
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_short_co_run_writes_json_figures_and_report(home: Path) -> None:
+    from parfusion.cli import main
+
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    rc = main(
+        [
+            "bench",
+            "cpu-corun",
+            "--seconds",
+            "6",
+            "--loads",
+            "0.7",
+            "--repetitions",
+            "2",
+            "--phases",
+            "parfusion",
+            "--warmup",
+            "0.4",
+            "--quiet",
+        ]
+    )
+    assert rc == 0
+    doc = json.loads(next((home / "results").glob("cpu-corun-*.json")).read_text())
+    phases = {(a["phase"], a["load"]) for a in doc["aggregate"]}
+    assert phases == {
+        ("online-alone", 0.7),
+        ("batch-alone", None),
+        ("baseline", 0.7),
+        ("nice19", 0.7),
+        ("parfusion", 0.7),
+    }
+    assert len(doc["phases"]) == 10 and all(
+        r["samples"] > 0 for r in doc["phases"] if r["phase"] != "batch-alone"
+    )
+    assert (
+        10.0 <= doc["calibration"]["online_median_ms"] <= 20.0
+        or len(doc["calibration"]["attempts"]) == 3
+    )
+    assert doc["calibration"]["capacity_per_s"] > 0
+    assert {"passed", "verdict", "baseline_p99_ratio"} <= set(doc["sanity_gate"])
+    assert {t["target"] for t in doc["targets"]} >= {
+        "p99 / online-alone",
+        "urgent start p99 (ms)",
+        "controller CPU (% of one core)",
+    }
+    assert any(
+        r["plan_trace"] for r in doc["raw"] if r["phase"] == "parfusion"
+    )  # the controller really ticked
+    report = next((home / "results" / "reports").glob("cpu-corun-*.md")).read_text()
+    for heading in (
+        "## Conditions",
+        "## Sanity gate",
+        "## 70 % load",
+        "## PARFusion targets",
+        "## Phase order",
+        "| parfusion |",
+    ):
+        assert heading in report
+    figures = list((home / "results" / "figures").glob("cpu-corun-*.png"))
+    assert len(figures) == 3 and all(f.stat().st_size > 1000 for f in figures)
+    left = {
+        p.pid
+        for p in psutil.Process().children(recursive=True)
+        if p.status() != psutil.STATUS_ZOMBIE
+    } - before
+    assert not left, f"benchmark left processes: {left}"
