@@ -49,6 +49,7 @@ class IntentRun:
     busy: float = 0.0  # utilisation of the pool in the last step, [0, 1]
     mean_service_ms: float = 0.0  # median service time under the last step's conditions
     gpu_set: tuple[int, ...] = ()
+    started_s: float = 0.0  # model time the node started running the intent
 
 
 class ModeledNode:
@@ -63,6 +64,8 @@ class ModeledNode:
         self.removed_arrived = 0  # requests of deleted intents, for the conservation check
         self.removed_completed = 0
         self.removed_dropped = 0
+        self.retired: list[IntentRun] = []  # deleted intents' runs, kept when keep_history
+        self._incarnations: dict[str, int] = {}
         self._all_gpus = tuple(range(params.gpu_count))
 
     # -- what runs -------------------------------------------------------------------------
@@ -81,8 +84,12 @@ class ModeledNode:
                 run.stats.deadline_ms = profile.deadline_ms
 
     def _new_run(self, profile: WorkloadProfile) -> IntentRun:
+        # One stream per intent (and per re-submission of the same id): adding or removing an
+        # intent never shifts another intent's requests, so policies see the same arrivals.
         key = zlib.crc32(profile.intent_id.encode())
-        rng = np.random.default_rng(np.random.SeedSequence([self.seed, key]))
+        incarnation = self._incarnations.get(profile.intent_id, 0)
+        self._incarnations[profile.intent_id] = incarnation + 1
+        rng = np.random.default_rng(np.random.SeedSequence([self.seed, key, incarnation]))
         queue = None if profile.is_batch else RequestQueue(rng, self.params.sigma)
         stats = IntentStats(
             deadline_ms=profile.deadline_ms,
@@ -90,7 +97,7 @@ class ModeledNode:
             recent_max=self.params.recent_samples_max,
             keep_history=self.keep_history,
         )
-        return IntentRun(profile=profile, stats=stats, queue=queue, rng=rng)
+        return IntentRun(profile=profile, stats=stats, queue=queue, rng=rng, started_s=self.now_s)
 
     def _remove(self, intent_id: str) -> None:
         run = self.runs.pop(intent_id)
@@ -99,6 +106,8 @@ class ModeledNode:
             self.removed_arrived += run.queue.arrived
             self.removed_completed += run.queue.completed
             self.removed_dropped += run.queue.dropped
+        if self.keep_history:
+            self.retired.append(run)
 
     def apply(self, assignments: Mapping[str, Assignment], gpu_intent_enabled: bool) -> None:
         """Enforce a plan: intents it does not mention get no units."""

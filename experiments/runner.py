@@ -1,0 +1,191 @@
+"""The headless driver: the allocator's tick loop against the modeled node, on a simulated clock.
+
+Each tick does what services/allocator/loop.py does, with the same pieces: pull the node's
+telemetry (the modeled backend's NodeTelemetry), feed the recent service times to the
+allocator's Predictor at the parallelism they ran with, build the NodeState (contention and the
+active disturbance through services.allocator.convert), run ``get_policy(name).allocate``, turn
+the result into the NodePlan (services.allocator.plans) and apply it to the node. Intents come
+and go (the urgent event) and disturbances arrive through InjectDisturbance, between ticks. No
+thread sleeps: one simulated minute takes well under a second.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from experiments.model.params import ModelParams
+from experiments.scenario import Event, Scenario
+from parfusion.v1 import intent_pb2
+from services.allocator import convert, model, plans
+from services.allocator.policies.registry import get_policy
+from services.allocator.predictor import Predictor
+from services.nodeagent.backend import BackendOptions
+from services.nodeagent.modeled import ModeledBackend
+
+
+class SimClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@dataclass
+class TickRecord:
+    t_s: float
+    units: dict[str, int]
+    degradation: dict[str, str]
+    state: dict[str, str]
+    predicted_p99_ms: dict[str, float]
+    reason: dict[str, str]
+    preempted_units: dict[str, int]
+    preemptions: int
+    degradations: int
+    contention: float
+    disturbance: tuple[float, float, float]
+
+
+@dataclass
+class PolicyRun:
+    policy: str
+    scenario: Scenario
+    backend: ModeledBackend
+    ticks: list[TickRecord] = field(default_factory=list)
+    events: list[dict[str, Any]] = field(default_factory=list)
+    decision_ms: list[float] = field(default_factory=list)
+
+
+def modeled_lanes(params: ModelParams) -> tuple[model.LaneCapacity, ...]:
+    """The modeled node's lanes: the reference profile's GPUs, all present in the model."""
+    return tuple(
+        model.LaneCapacity(name=name, gpu_indexes=indexes, share_units=100 * len(indexes))
+        for name, indexes in params.lanes.items()
+        if indexes
+    )
+
+
+def run_policy(
+    policy_name: str,
+    scenario: Scenario,
+    params: ModelParams,
+    seed: int,
+    on_tick: Callable[[], None] | None = None,
+) -> PolicyRun:
+    import time
+
+    clock = SimClock()
+    backend = ModeledBackend(
+        BackendOptions(node_name=params.node_name),
+        params=params,
+        clock=clock,
+        seed=seed,
+        keep_history=True,
+    )
+    policy = get_policy(policy_name)
+    predictor = Predictor()
+    lanes = modeled_lanes(params)
+    dmug_config = model.DmugConfig()
+    tick_s = params.tick_ms / 1000.0
+    n_ticks = max(1, round(scenario.seconds / tick_s))
+    intents: dict[str, intent_pb2.ResourceIntent] = {i.id: i for i in scenario.intents}
+    seq = {i.id: n for n, i in enumerate(scenario.intents)}
+    specs = [convert.intent_to_spec(i, seq=seq[i.id]) for i in intents.values()]
+    allocated: dict[str, int] = {}
+    previous: dict[str, model.Decision] = {}
+    run = PolicyRun(policy=policy_name, scenario=scenario, backend=backend)
+    pending = list(scenario.events)
+    created = Timestamp()
+    for tick in range(1, n_ticks + 1):
+        t = tick * tick_s
+        changed = False
+        while pending and pending[0].at_s <= t:
+            event = pending.pop(0)
+            clock.now = event.at_s
+            changed |= _fire(event, scenario, intents, seq, predictor, backend, run)
+        clock.now = t
+        if changed:
+            specs = [convert.intent_to_spec(i, seq=seq[i.id]) for i in intents.values()]
+        tel = backend.telemetry()
+        workers = {p.intent_id: p.workers for p in tel.pools}
+        for summary in tel.latencies:
+            if summary.intent_id in intents and summary.recent_service_ms:
+                units = workers.get(summary.intent_id) or allocated.get(summary.intent_id) or 1
+                predictor.observe_many(
+                    summary.intent_id, list(summary.recent_service_ms), units=units
+                )
+        node = model.NodeState(
+            name=params.node_name,
+            cpu_units=len(tel.arena_cpus),
+            cpu_ids=tuple(tel.arena_cpus),
+            lanes=lanes,
+            contention=convert.node_contention(tel),
+            disturbance=convert.active_disturbance(tel),
+        )
+        state = model.PlanInput(
+            intents=specs,
+            node=node,
+            stats=predictor.snapshot(),
+            previous=previous,
+            tick=tick,
+            config=dmug_config,
+        )
+        started = time.perf_counter()
+        result = policy.allocate(state)
+        run.decision_ms.append((time.perf_counter() - started) * 1000.0)
+        previous = result.by_id()
+        plan = plans.node_plan(
+            result, intents, node, generation=tick, created_at=created, decision_ms=0.0
+        )
+        backend.apply(plan)
+        allocated = {a.intent_id: a.workers for a in plan.allocations}
+        run.ticks.append(_record(t, result, node))
+        if on_tick is not None:
+            on_tick()
+    return run
+
+
+def _fire(
+    event: Event,
+    scenario: Scenario,
+    intents: dict[str, intent_pb2.ResourceIntent],
+    seq: dict[str, int],
+    predictor: Predictor,
+    backend: ModeledBackend,
+    run: PolicyRun,
+) -> bool:
+    """Apply one scenario event; True when the set of intents changed."""
+    run.events.append(event.describe())
+    urgent = scenario.urgent
+    if event.kind == "urgent_start":
+        intents[urgent.id] = urgent
+        seq[urgent.id] = len(seq)
+        return True
+    if event.kind == "urgent_end":
+        intents.pop(urgent.id, None)
+        predictor.forget(urgent.id)
+        return True
+    assert event.disturbance is not None
+    backend.inject_disturbance(event.disturbance)
+    return False
+
+
+def _record(t: float, result: model.PlanResult, node: model.NodeState) -> TickRecord:
+    ds = result.decisions
+    return TickRecord(
+        t_s=t,
+        units={d.intent_id: d.units for d in ds},
+        degradation={d.intent_id: d.degradation for d in ds},
+        state={d.intent_id: d.state for d in ds},
+        predicted_p99_ms={d.intent_id: d.predicted_p99_ms for d in ds},
+        reason={d.intent_id: d.reason for d in ds},
+        preempted_units={d.intent_id: d.preempted_units for d in ds},
+        preemptions=result.preemptions,
+        degradations=result.degradations,
+        contention=node.contention,
+        disturbance=(node.disturbance.cpu, node.disturbance.gpu, node.disturbance.network),
+    )

@@ -1,0 +1,138 @@
+"""Runs one experiment: every policy over the same seeded scenario, then JSON, figures, report.
+
+Each policy gets its own modeled node with the same seed, so every policy faces the very same
+requests (common random numbers) and the differences are the policies'. Policies run in
+parallel worker processes when there are several (each run is independent and seeded, so the
+result does not depend on the order they finish). The JSON's ``meta`` block holds the only
+run-dependent fields (timestamp, wall time); everything else is a function of the seed, the
+run length and configs/model.yaml.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from experiments.metrics import summarize
+from experiments.model.params import default_model_path, load_model_params
+from experiments.runner import run_policy
+from experiments.scenario import load_scenario
+
+MODELED_STATEMENT = (
+    "All latencies, throughputs and response times in this report are modeled, not measured: "
+    "they come from the PARFusion modeled node (configs/model.yaml) driven by the real policy "
+    "core, not from running workloads."
+)
+
+
+@dataclass(frozen=True)
+class ExperimentSpec:
+    name: str  # "compare", "dynamic", "ablation"
+    scenario: str  # event list in configs/model.yaml scenario.events
+    policies: tuple[str, ...]
+
+
+def _run_one(args: tuple[str, str, float, int, str]) -> dict[str, Any]:
+    policy, scenario_name, seconds, seed, model_path = args
+    params = load_model_params(model_path)
+    scenario = load_scenario(params, scenario_name, seconds)
+    return summarize(run_policy(policy, scenario, params, seed))
+
+
+def run_experiment(
+    spec: ExperimentSpec,
+    seconds: float,
+    seed: int,
+    *,
+    model_path: str | os.PathLike[str] | None = None,
+    progress: bool = True,
+    workers: int | None = None,
+) -> dict[str, Any]:
+    """The experiment's JSON document (not yet written)."""
+    from tqdm import tqdm
+
+    path = Path(model_path) if model_path else default_model_path()
+    params = load_model_params(path)
+    scenario = load_scenario(params, spec.scenario, seconds)
+    started = time.perf_counter()
+    jobs = [(p, spec.scenario, seconds, seed, str(path)) for p in spec.policies]
+    workers = workers or min(len(jobs), os.cpu_count() or 1, 4)
+    bar = tqdm(
+        total=len(jobs),
+        desc=f"{spec.name} ({seconds:g} s modeled)",
+        unit="policy",
+        disable=not progress,
+    )
+    results: dict[str, dict[str, Any]] = {}
+    if workers <= 1 or len(jobs) == 1:
+        for job in jobs:
+            results[job[0]] = _run_one(job)
+            bar.update(1)
+    else:
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            for policy, summary in zip(spec.policies, pool.map(_run_one, jobs), strict=True):
+                results[policy] = summary
+                bar.update(1)
+    bar.close()
+    wall = time.perf_counter() - started
+    return {
+        "experiment": spec.name,
+        "statement": MODELED_STATEMENT,
+        "modeled": True,
+        "seed": seed,
+        "seconds": seconds,
+        "tick_ms": params.tick_ms,
+        "cpu_units": params.cpu_units,
+        "policies": list(spec.policies),
+        "model": {
+            "path": "configs/model.yaml" if path == default_model_path() else str(path),
+            "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+        },
+        "scenario": {
+            "name": spec.scenario,
+            "intents": [i.id for i in scenario.intents],
+            "urgent_intent": scenario.urgent.id,
+            "events": [e.describe() for e in scenario.events],
+        },
+        "results": {p: results[p] for p in spec.policies},
+        "meta": {
+            "generated_at": datetime.now(UTC).isoformat(timespec="seconds"),
+            "wall_s": round(wall, 3),
+        },
+    }
+
+
+def comparable(doc: dict[str, Any]) -> str:
+    """The part of the document a seed determines (everything but ``meta``), canonical JSON."""
+    return json.dumps({k: v for k, v in doc.items() if k != "meta"}, sort_keys=True)
+
+
+def write_json(doc: dict[str, Any], results_dir: Path) -> Path:
+    results_dir.mkdir(parents=True, exist_ok=True)
+    out = results_dir / f"experiment_{doc['experiment']}.json"
+    out.write_text(json.dumps(doc, indent=1) + "\n")
+    return out
+
+
+def default_results_dir() -> Path:
+    from services.common.config import ConfigError, build_settings, project_home
+
+    try:
+        return build_settings("experiments").results_dir
+    except ConfigError:
+        return project_home() / "results"
+
+
+def policies_known(names: Sequence[str]) -> None:
+    from services.allocator.policies.registry import get_policy
+
+    for name in names:
+        get_policy(name)  # InvalidArgument naming the unknown policy
