@@ -110,7 +110,7 @@ class LaneController:
         """Read profile ids from ``nvidia-smi mig -lgip`` once per GPU that gets a suggestion."""
         snap = self.snapshot()
         for p in placements:
-            for gpu in p.gpu_indexes[:1]:
+            for gpu in p.gpu_indexes:
                 device = snap.device(gpu)
                 if not p.mig_profile or gpu in self._mig_looked_up or device is None:
                     continue
@@ -126,11 +126,12 @@ class LaneController:
     def _plan(self, plan: intent_pb2.GpuPlan) -> tuple[tuple[LanePlacement, ...], Preview]:
         snap = self.snapshot()
         names = {d.index: d.name for d in snap.devices}
-        placements = place(plan, self.lanes(), self.priority_range(), names)
+        rng = self.priority_range()  # once: the probe may answer between two reads
+        placements = place(plan, self.lanes(), rng, names)
         self._resolve_mig_ids(placements)
         preview = build_preview(
             placements,
-            self.priority_range(),
+            rng,
             policy=plan.policy,
             mig_ids=self._mig_ids,
             uuids={d.index: d.uuid for d in snap.devices},
