@@ -99,7 +99,7 @@ def render_block(env: Environment, block: str, context: dict[str, Any]) -> str:
 def create_app(settings: ServiceSettings) -> Starlette:
     templates = Jinja2Templates(directory=str(HERE / "templates"))
     env = templates.env
-    env.filters["ms"] = lambda v: "-" if v is None else f"{v:.1f} ms"
+    env.filters["ms"] = format_ms
     env.filters["pct"] = lambda v, digits=0: "-" if v is None else f"{v * 100:.{digits}f}%"
     env.filters["clock"] = lambda t: time.strftime("%H:%M:%S", time.localtime(t))
     env.globals["htmx_script"] = HTMX_SCRIPT
@@ -253,6 +253,15 @@ def create_app(settings: ServiceSettings) -> Starlette:
         Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
     ]
     return Starlette(routes=routes, lifespan=lifespan)
+
+
+def format_ms(value: float | None) -> str:
+    """Milliseconds for a table cell; the allocator's 'unreachable' sentinels read as infinity."""
+    if value is None:
+        return "-"
+    if abs(value) >= 1e6:
+        return "∞ ms" if value > 0 else "−∞ ms"
+    return f"{value:.1f} ms"
 
 
 def _unit(raw: str, name: str, upper: float = 1.0) -> float:

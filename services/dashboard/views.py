@@ -252,7 +252,10 @@ def robot(snapshot: Snapshot, timeline: Timeline, now: float, window_s: float) -
         "details": details[:14],
         "states": ROBOT_STATES,
         "preemptions": preemptions,
-        "timeline": chart.robot_timeline(spans, now=now, window_s=window_s, width=600, height=34),
+        "transitions": [
+            (spans[i].start, spans[i - 1].state, spans[i].state)
+            for i in range(len(spans) - 1, 0, -1)
+        ][:8],
     }
 
 

@@ -171,7 +171,8 @@ def test_guided_demo_what_if_and_a_stopped_service_in_a_real_browser(
     assert any(o.startswith("InjectDisturbance cpu 60%") for o in outcomes), outcomes
     assert not any("failed" in o for o in outcomes), outcomes
     assert page.locator("#active-policy").inner_text() == "parfusion"
-    labels = page.locator("#latency svg g.event text").all_inner_texts()
+    markers = page.locator("#latency svg g.event")
+    labels = [markers.nth(i).get_attribute("data-label") or "" for i in range(markers.count())]
     for label in ("1 Baseline", "policy baseline -> parfusion", "urgent obstacle-stop"):
         assert label in labels, labels
     assert any(label.startswith("disturbance cpu") for label in labels), labels

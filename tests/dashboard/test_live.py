@@ -61,7 +61,7 @@ def test_allocator_table_policies_and_preview_from_the_real_allocator(
         _wait(lambda: len(_rows(client.get("/partials/allocator").text, "allocation-table")) >= 3)
         page = client.get("/").text
         rows = _rows(page, "allocation-table")
-        intents = {i.name for i in allocator.handle.store.list()}
+        intents = {s.intent.name for s in allocator.handle.store.list()}
         assert set(rows) == intents
         assert "allocator unreachable" not in page
         assert f"nodeagent unreachable at {settings.get_str('nodeagent_address')}" in page
@@ -86,3 +86,41 @@ def test_allocator_table_policies_and_preview_from_the_real_allocator(
         assert 'id="preview-table"' in storm
         assert _rows(calm, "preview-table") != _rows(storm, "preview-table")
         assert allocator.handle.loop.policy_name == "parfusion"  # nothing applied
+
+
+def test_guided_demo_drives_the_allocator_and_reports_what_failed(
+    allocator: RunningAllocator, dashboard_settings: Callable[..., ServiceSettings]
+) -> None:
+    settings = dashboard_settings(allocator_address=allocator.address, demo_stage_seconds=0.6)
+    with TestClient(create_app(settings)) as client:
+        assert 'hx-trigger="load"' in client.get("/?story=guided").text
+        client.post("/actions/demo/start")
+        seen: list[str] = []
+        policies: list[str] = []
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            page = client.get("/?story=guided").text  # a reload shows the current stage
+            stage = re.search(r'id="demo-caption" class="caption" data-stage="(\w+)"', page)
+            if stage and (not seen or seen[-1] != stage.group(1)):
+                seen.append(stage.group(1))
+            if not policies or policies[-1] != allocator.handle.loop.policy_name:
+                policies.append(allocator.handle.loop.policy_name)
+            if 'id="demo-status">done<' in page:
+                break
+            assert 'hx-trigger="load"' not in page or not seen  # never restarted while running
+            time.sleep(0.1)
+        assert seen == ["baseline", "parfusion", "urgent", "disturbance", "recovery"]
+        assert policies[-2:] == ["baseline", "parfusion"]
+        demo = client.get("/partials/demo").text
+        assert "SetPolicy baseline (was parfusion)" in demo
+        assert (
+            f"robot mission not started: bridge unreachable at {settings.get_str('bridge_url')}"
+            in demo
+        )
+        assert (
+            f"InjectDisturbance failed: nodeagent unreachable at {settings.get_str('nodeagent_address')}"
+            in demo
+        )
+        chart = client.get("/partials/latency").text
+        for label in ("1 Baseline", "2 PARFusion", "5 Recovery", "guided demo done"):
+            assert f'data-label="{label}"' in chart
