@@ -136,6 +136,7 @@ class ClusterView:
     """Thread-safe store of node records; reads are lock-free snapshots of immutable records."""
 
     dmug: DmugConfig = field(default_factory=DmugConfig)
+    derive_placement: bool = True  # False: residents only (a simulator arm that never scores)
     max_bindings: int = 10_000
     _objects: dict[str, NodeRecord] = field(default_factory=dict)
     _telemetry: dict[str, NodeTelemetry] = field(default_factory=dict)

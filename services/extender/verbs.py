@@ -62,6 +62,11 @@ class Extender:
         self._pods: OrderedDict[str, IntentSpec] = OrderedDict()  # uid or ns/name -> intent
         self._pod_cache_size = pod_cache_size
         self._bind_lock = threading.Lock()
+        # kube-scheduler sends /prioritize right after /filter for the same pod and nodes: the
+        # last pod's decisions are reused for records that have not changed (records are
+        # immutable; any change replaces the object).
+        self._memo_spec: IntentSpec | None = None
+        self._memo: dict[str, tuple[NodeRecord, NodeDecision]] = {}
 
     @property
     def bind_mode(self) -> str:
@@ -114,7 +119,7 @@ class Extender:
                 return FilterOutcome(list(range(len(names))), {}, {}, found)
             self.metrics.filter_nodes.labels("unresolvable").inc(len(names))
             return FilterOutcome([], {}, {n: found.error for n in names}, found)
-        decisions = decide(found.spec, records, self.config)
+        decisions = self.decisions(found.spec, records)
         kept, failed, unresolvable = [], {}, {}
         for i, (name, d) in enumerate(zip(names, decisions, strict=True)):
             if d.outcome == OK:
@@ -146,8 +151,32 @@ class Extender:
             return [protocol.MIN_EXTENDER_PRIORITY] * len(records)
         return [
             d.score if d.outcome == OK else protocol.MIN_EXTENDER_PRIORITY
-            for d in decide(found.spec, records, self.config)
+            for d in self.decisions(found.spec, records)
         ]
+
+    def decisions(
+        self, spec: IntentSpec, records: Sequence[NodeRecord | None]
+    ) -> list[NodeDecision]:
+        if self._memo_spec is not spec and self._memo_spec != spec:
+            self._memo = {}
+            self._memo_spec = spec
+        memo = self._memo
+        out: list[NodeDecision | None] = [None] * len(records)
+        todo: list[int] = []
+        for i, rec in enumerate(records):
+            hit = memo.get(rec.name) if rec is not None else None
+            if hit is not None and hit[0] is rec:
+                out[i] = hit[1]
+            else:
+                todo.append(i)
+        if todo:
+            fresh = decide(spec, [records[i] for i in todo], self.config)
+            for i, d in zip(todo, fresh, strict=True):
+                out[i] = d
+                rec = records[i]
+                if rec is not None:
+                    memo[rec.name] = (rec, d)
+        return out  # type: ignore[return-value]
 
     # --- bind -------------------------------------------------------------------------------
 
