@@ -10,21 +10,33 @@ import pytest
 from starlette.testclient import TestClient
 
 from parfusion.v1 import allocator_pb2, allocator_pb2_grpc, intent_pb2
+from services.allocator import server
+from services.allocator.convert import intents_in_file
 from services.bridge.app import create_app
 from services.bridge.controller import DELETE_RETRY_S
 from services.common.clients import channel
 from services.common.config import build_settings
 from tests.bridge.conftest import Clock
-from tests.conftest import free_port
-
-server = pytest.importorskip("services.allocator.server")
+from tests.conftest import ROOT, free_port
 
 pytestmark = pytest.mark.integration
 
 
+def allocator_settings(port: int = 0) -> Any:
+    """No peers (never the default node-agent / GPU-lane ports), a fixed 4-unit node, no seeding."""
+    overrides = {
+        "port": port,
+        "seed_intents": False,
+        "cpu_units": 4,
+        "nodeagent_address": "",
+        "gpulane_address": "",
+    }
+    return build_settings("allocator", overrides=overrides, env={})
+
+
 @pytest.fixture
 def allocator(home: Path) -> Iterator[Any]:
-    settings = build_settings("allocator", overrides={"port": 0, "seed_intents": False}, env={})
+    settings = allocator_settings()
     running = server.start_allocator(settings, port=0, start_loop=False)
     yield running
     running.stop(grace=0.2)
@@ -76,7 +88,7 @@ def test_an_allocator_that_stops_mid_task_leaves_no_intent_behind_once_it_is_bac
     home: Path,
 ) -> None:
     port = free_port()
-    settings = build_settings("allocator", overrides={"port": port, "seed_intents": False}, env={})
+    settings = allocator_settings(port)
     first = server.start_allocator(settings, port=port, start_loop=False)
     bridge_settings = build_settings(
         "bridge",
@@ -105,3 +117,38 @@ def test_an_allocator_that_stops_mid_task_leaves_no_intent_behind_once_it_is_bac
             assert urgent_intents(second.address) == []
         finally:
             second.stop(grace=0.2)
+
+
+def workers_by_name(allocator: Any) -> dict[str, int]:
+    allocator.handle.loop.tick()  # one node-loop tick, driven here so the test sees each plan
+    current = allocator.handle.loop.current()
+    return {a.intent_name: a.workers for a in current.node_plan.allocations}
+
+
+def test_the_urgent_intent_takes_units_from_preemptible_batch_work_until_it_is_deleted(
+    allocator: Any,
+) -> None:
+    ch = channel(allocator.address)
+    stub = allocator_pb2_grpc.AllocatorServiceStub(ch)
+    for intent in intents_in_file(ROOT / "configs" / "intents" / "batch-training.yaml"):
+        stub.SubmitIntent(allocator_pb2.SubmitIntentRequest(intent=intent), timeout=2.0)
+    ch.close()
+    assert workers_by_name(allocator) == {"batch-training": 4}
+    settings = build_settings(
+        "bridge",
+        overrides={
+            "background_ticker": False,
+            "allocator_address": allocator.address,
+            "ros2": "off",
+        },
+        env={},
+    )
+    with TestClient(create_app(settings)) as client:
+        client.post("/api/mission", json={"steps": 10, "safe_point_interval": 5})
+        client.post("/api/urgent", json={"name": "fall-detected", "deadline_ms": 3_000, "work": 2})
+        client.post("/api/tick", json={"ticks": 3})  # the urgent task has the robot
+        during = workers_by_name(allocator)
+        assert during["fall-detected"] >= 1
+        assert during["batch-training"] <= 4 - during["fall-detected"]
+        client.post("/api/tick", json={"ticks": 2})  # done: intent deleted
+        assert workers_by_name(allocator) == {"batch-training": 4}
