@@ -96,9 +96,9 @@ def priority_weight(priority):
     return (priority + 1.0) / 1001.0
 
 
-def batch_gain(weight, f, p, cap):
+def batch_gain(weight, speedup_p, speedup_next, speedup_cap):
     """Batch NMU of unit p+1: w * (S(p+1) - S(p)) / S(cap), weighted normalised throughput."""
-    return weight * (amdahl_speedup(f, p + 1.0) - amdahl_speedup(f, p)) / amdahl_speedup(f, cap)
+    return weight * (speedup_next - speedup_p) / speedup_cap
 
 
 def combined_cpu_pressure(contention, cpu_disturbance):
@@ -159,7 +159,7 @@ class DmugOptions:
     hysteresis: bool = True
 
 
-_SPEC_NAMES = (
+_NUMERIC = (
     "priority",
     "deadline_ms",
     "min_units",
@@ -168,11 +168,14 @@ _SPEC_NAMES = (
     "parallel_fraction",
     "base_service_ms",
     "arrival_rate_per_s",
-    "gpu_share",
     "seq",
-    "target_percentile",
 )
-_SPEC_FIELDS = operator.attrgetter(*_SPEC_NAMES)
+_OTHER = ("id", "workload_class", "gpu_lane", "gpu_share", "degradation", "preemptible", "elastic")
+_SPEC_FIELDS = operator.attrgetter(*(_NUMERIC + _OTHER))
+
+
+def _ladder_bits(ladder: tuple[str, ...]) -> tuple[bool, bool, bool]:
+    return (True, "FP16" in ladder, "INT8" in ladder)
 
 
 @dataclass
@@ -180,6 +183,7 @@ class IntentTable:
     """The tick's intents as columns (index i = position in PlanInput.intents)."""
 
     specs: Sequence[IntentSpec]
+    ids: Sequence[str]
     cls: np.ndarray
     weight: np.ndarray
     deadline: np.ndarray
@@ -206,66 +210,107 @@ class IntentTable:
     def n(self) -> int:
         return len(self.specs)
 
+    def take(self, idx=None, column: bool = False) -> Rows:
+        """The model parameters of rows idx (all rows when None), as (k,) or (k, 1) columns."""
+        if idx is None:
+            return Rows(self.tail1, self.mean1, self.f, self.arrival, self.inflation,
+                        self.deadline, self.rel_spread, self.has_deadline, self.weight, self.cap)  # fmt: skip
+        cols = [
+            a[idx]
+            for a in (self.tail1, self.mean1, self.f, self.arrival, self.inflation, self.deadline,
+                      self.rel_spread, self.has_deadline, self.weight, self.cap)
+        ]  # fmt: skip
+        if column:
+            cols = [c[:, None] for c in cols]
+        return Rows(*cols)
+
     def latency(self, idx, p, level=0):
         """L(p) for rows idx at units p and degradation level (scalar or array)."""
-        factor = self.inflation[idx] * self.level_factor[level]
-        return predicted_latency_ms(
-            self.tail1[idx], self.mean1[idx], self.f[idx], p, self.arrival[idx], factor
-        )
+        return self.take(idx).latency(p, self.level_factor[level])
 
     def risk(self, idx, p, level=0):
-        lat = self.latency(idx, p, level)
-        risk = deadline_risk(slack_ms(self.deadline[idx], lat), lat, self.rel_spread[idx])
-        return np.where(self.has_deadline[idx], risk, 0.0)
+        return self.take(idx).risk(p, self.level_factor[level])
+
+
+@dataclass(slots=True)
+class Rows:
+    """Model parameters gathered once for the rows one step works on."""
+
+    tail1: np.ndarray
+    mean1: np.ndarray
+    f: np.ndarray
+    arrival: np.ndarray
+    inflation: np.ndarray
+    deadline: np.ndarray
+    rel_spread: np.ndarray
+    has_deadline: np.ndarray
+    weight: np.ndarray
+    cap: np.ndarray
+
+    def latency(self, p, level_factor):
+        return predicted_latency_ms(
+            self.tail1, self.mean1, self.f, p, self.arrival, self.inflation * level_factor
+        )
+
+    def risk_at(self, latency):
+        r = deadline_risk(slack_ms(self.deadline, latency), latency, self.rel_spread)
+        return np.where(self.has_deadline, r, 0.0)
+
+    def risk(self, p, level_factor):
+        return self.risk_at(self.latency(p, level_factor))
 
 
 def build_table(state: PlanInput, use_predictor: bool = True) -> IntentTable:
+    """The tick's intents as columns: one pass over the specs, then numpy."""
     specs = state.intents
     n = len(specs)
     capacity = max(int(state.node.cpu_units), 0)
+    nn = len(_NUMERIC)
     if n:
         cols = list(zip(*map(_SPEC_FIELDS, specs), strict=True))
-        num = np.array(cols, dtype=np.float64)
+        num = np.array(cols[:nn], dtype=np.float64)
+        ids, classes, lanes, shares, ladders, preemptible, elastic = cols[nn:]
     else:
-        num = np.zeros((len(_SPEC_NAMES), 0))
-    prio, deadline, mn, mx, pref, f, base, arrival, share, seq, target = num
-    cls = np.array([Z_CLASS.get(s.workload_class, BATCH) for s in specs], dtype=np.int8)
+        num = np.zeros((nn, 0))
+        ids = classes = lanes = shares = ladders = preemptible = elastic = ()
+    prio, deadline, mn, mx, pref, f, base, arrival, seq = num
+    cls = np.fromiter(map(Z_CLASS.get, classes, [BATCH] * n), dtype=np.int8, count=n)
     f = np.clip(f, 0.0, 1.0)
     has_deadline = (cls != BATCH) & (deadline > 0)
     mn = np.maximum(mn, 1)
     cap = np.where(mx > 0, np.minimum(mx, capacity), capacity)
     mn = np.minimum(mn, np.maximum(cap, 1))
-    uses_gpu = np.array([bool(s.gpu_lane) or s.gpu_share > 0 for s in specs], dtype=np.float64)
+    uses_gpu = (np.array(lanes, dtype=bool) if n else np.zeros(0, bool)) | (
+        np.array(shares, dtype=np.float64) > 0
+    )
     network_bound = ((cls == ONLINE) | (cls == ROBOT)).astype(np.float64)
-    inflation = latency_inflation(state.node, state.config.contention_gain, uses_gpu, network_bound)
+    inflation = latency_inflation(
+        state.node, state.config.contention_gain, uses_gpu.astype(np.float64), network_bound
+    )
     tail1 = np.maximum(base, 1e-6)
     mean1 = tail1.copy()
     rel = np.full(n, DEFAULT_REL_SPREAD)
     stats = state.stats if use_predictor else {}
     if stats:
-        for i, s in enumerate(specs):
-            st = stats.get(s.id)
+        for i, st in enumerate(map(stats.get, ids)):
             if st is not None:
                 tail1[i], mean1[i], rel[i] = service_at_one_unit(
-                    st, s.base_service_ms, float(f[i]), s.target_percentile
+                    st, specs[i].base_service_ms, float(f[i]), specs[i].target_percentile
                 )
-    ladder = np.zeros((n, 3), dtype=bool)
-    ladder[:, 0] = True
-    for i, s in enumerate(specs):
-        if s.degradation != ("NORMAL",):
-            for lvl in s.degradation:
-                ladder[i, DEGRADATION_ORDER.index(lvl)] = True
+    memo: dict[tuple[str, ...], tuple[bool, bool, bool]] = {}
+    bits = [memo.get(t) or memo.setdefault(t, _ladder_bits(t)) for t in ladders]
+    ladder = np.array(bits, dtype=bool).reshape(n, 3)
     prev_units = np.zeros(n, dtype=np.int64)
     prev_since = np.zeros(n, dtype=np.int64)
     if state.previous:
-        for i, s in enumerate(specs):
-            d = state.previous.get(s.id)
+        for i, d in enumerate(map(state.previous.get, ids)):
             if d is not None:
                 prev_units[i] = d.units
                 prev_since[i] = d.since_tick
     speed = state.config.degradation_speedup
     return IntentTable(
         specs=specs,
+        ids=ids,
         cls=cls,
         weight=priority_weight(prio),
         deadline=deadline,
@@ -278,11 +323,11 @@ def build_table(state: PlanInput, use_predictor: bool = True) -> IntentTable:
         mean1=mean1,
         rel_spread=rel,
         arrival=np.where(cls == BATCH, 0.0, np.maximum(arrival, 0.0)),
-        inflation=np.asarray(inflation, dtype=np.float64),
-        uses_gpu=uses_gpu > 0,
+        inflation=np.asarray(inflation, dtype=np.float64) * np.ones(n),
+        uses_gpu=uses_gpu,
         ladder=ladder,
-        preemptible=np.array([s.preemptible for s in specs], dtype=bool),
-        elastic=np.array([s.elastic for s in specs], dtype=bool),
+        preemptible=np.array(preemptible, dtype=bool),
+        elastic=np.array(elastic, dtype=bool),
         seq=seq,
         prev_units=prev_units,
         prev_since=prev_since,
@@ -297,23 +342,27 @@ def units_to_meet(table: IntentTable, idx: np.ndarray, level: int) -> tuple[np.n
     through Amdahl, then checked and nudged with the latency formula itself so that the answer
     is exactly what ``predicted_latency_ms`` says.
     """
-    factor = table.inflation[idx] * table.level_factor[level]
-    a = table.tail1[idx] * factor
-    b = table.arrival[idx] * table.mean1[idx] * factor / 1000.0
-    d = np.maximum(table.deadline[idx], 1e-9)
-    f = table.f[idx]
+    r = table.take(idx)
+    lf = table.level_factor[level]
+    factor = r.inflation * lf
+    a = r.tail1 * factor
+    b = r.arrival * r.mean1 * factor / 1000.0
+    d = np.maximum(r.deadline, 1e-9)
+    f = r.f
     s_req = np.maximum(b / MAX_UTILISATION, b + a / d)
     denom = 1.0 / s_req - (1.0 - f)
     with np.errstate(divide="ignore", invalid="ignore"):
         p_real = np.where(denom > 0, f / np.where(denom > 0, denom, 1.0), np.inf)
-    lo, hi = table.min_units[idx], table.cap[idx]
+    lo, hi = table.min_units[idx], r.cap
     p = np.clip(np.ceil(np.minimum(p_real, 1e12)), lo, np.maximum(hi, lo)).astype(np.int64)
     for _ in range(2):
-        late = (table.latency(idx, p, level) > table.deadline[idx]) & (p < hi)
+        late = (r.latency(p, lf) > r.deadline) & (p < hi)
+        if not late.any():
+            break
         p = p + late
-    early = (p > lo) & (table.latency(idx, p - 1, level) <= table.deadline[idx])
+    early = (p > lo) & (r.latency(p - 1, lf) <= r.deadline)
     p = p - early
-    meets = (table.latency(idx, p, level) <= table.deadline[idx]) & (p <= hi)
+    meets = (r.latency(p, lf) <= r.deadline) & (p <= hi)
     return p, meets
 
 
@@ -369,38 +418,51 @@ def select_increments_heap(
     return taken
 
 
-def iron(row: np.ndarray) -> np.ndarray:
-    """Least concave majorant of the cumulative utility: S-shaped gains made non-increasing."""
-    cum = np.concatenate(([0.0], np.cumsum(row)))
-    hull = [0]
-    for j in range(1, len(cum)):
-        while len(hull) >= 2:
-            a, b = hull[-2], hull[-1]
-            if (cum[b] - cum[a]) * (j - a) <= (cum[j] - cum[a]) * (b - a):
-                hull.pop()
-            else:
-                break
-        hull.append(j)
-    out = np.empty(len(row))
-    for a, b in zip(hull, hull[1:], strict=False):
-        out[a:b] = (cum[b] - cum[a]) / (b - a)
-    return out
+IRON_WIDTH = 32  # increments of an S-shaped row that are ironed (the rest keep a running min)
+
+
+def iron_rows(gains: np.ndarray) -> np.ndarray:
+    """Slopes of the least concave majorant of each row's cumulative utility.
+
+    Equivalently the decreasing isotonic regression of the gains:
+    g'_k = min_{i<=k} max_{j>=k} mean(g_i..g_j). -inf entries (past the cap) stay -inf.
+    Vectorised over rows; O(K^2) per row, so callers pass at most IRON_WIDTH columns.
+    """
+    r, width = gains.shape
+    finite = np.isfinite(gains)
+    cum = np.zeros((r, width + 1))
+    cum[:, 1:] = np.cumsum(np.where(finite, gains, 0.0), axis=1)
+    idx = np.arange(width)
+    length = (idx[None, :] - idx[:, None] + 1).astype(np.float64)
+    mean = (cum[:, None, 1:] - cum[:, :width, None]) / np.where(length > 0, length, 1.0)
+    valid = (idx[None, :] >= idx[:, None])[None, :, :] & finite[:, None, :]
+    mean = np.where(valid, mean, -np.inf)
+    best_after = np.maximum.accumulate(mean[:, :, ::-1], axis=2)[:, :, ::-1]
+    best_after = np.where((idx[:, None] <= idx[None, :])[None, :, :], best_after, np.inf)
+    return np.where(finite, best_after.min(axis=1), -np.inf)
 
 
 def marginal_gains(table: IntentTable, rows: np.ndarray, start: np.ndarray, level: np.ndarray, kk):
-    """NMU of unit start+k+1 for each row and each offset k in kk ((len(rows), width) or (width,)).
+    """NMU of unit start+k+1 for each row and offset k in kk ((len(rows), width) or (width,),
+    consecutive offsets per row).
 
     Deadline work: w * (risk(p) - risk(p+1)), priority-weighted risk reduction; batch:
     w * (S(p+1) - S(p)) / S(cap), weighted normalised throughput. Past the cap: -inf.
     """
-    r = rows[:, None]
+    r = table.take(rows, column=True)
     p = start[:, None] + kk
-    lv = level[:, None]
-    cap = table.cap[r]
-    deadline_gain = table.weight[r] * (table.risk(r, p, lv) - table.risk(r, p + 1, lv))
-    throughput_gain = batch_gain(table.weight[r], table.f[r], np.maximum(p, 1), np.maximum(cap, 1))
-    gains = np.where(table.has_deadline[r], deadline_gain, throughput_gain)
-    return np.where(p < cap, gains, -np.inf)
+    p_ext = np.concatenate((p, p[:, -1:] + 1), axis=1)  # p .. p_last + 1
+    dl = r.has_deadline
+    gains = None
+    if dl.any():
+        risk = r.risk(p_ext, table.level_factor[level][:, None])
+        gains = r.weight * (risk[:, :-1] - risk[:, 1:])
+    if not dl.all():
+        speed = amdahl_speedup(r.f, np.maximum(p_ext, 1))
+        cap = np.maximum(r.cap, 1)
+        throughput = batch_gain(r.weight, speed[:, :-1], speed[:, 1:], amdahl_speedup(r.f, cap))
+        gains = throughput if gains is None else np.where(dl, gains, throughput)
+    return np.where(p < r.cap, gains, -np.inf)
 
 
 def with_hysteresis(table, rows, start, kk, gains, tick: int, config: DmugConfig):
@@ -441,7 +503,7 @@ class MarginalPhase:
         late = table.latency(rows, self.start[sel], self.level[sel]) > table.deadline[rows]
         return table.has_deadline[rows] & late
 
-    def _finish(self, table, sel, kk, g, carry):
+    def finish(self, table, sel, kk, g, carry):
         g = np.minimum(np.minimum.accumulate(g, axis=1), carry[:, None])
         last = g[:, -1].copy()
         if self.hysteresis:
@@ -453,7 +515,7 @@ class MarginalPhase:
     def block(self, table: IntentTable, sel: np.ndarray, kk: np.ndarray, carry: np.ndarray):
         """Gains of rows sel at offsets kk (len(sel), width) continuing a running minimum `carry`."""
         g = marginal_gains(table, self.rows[sel], self.start[sel], self.level[sel], kk)
-        return self._finish(table, sel, kk, g, carry)
+        return self.finish(table, sel, kk, g, carry)
 
     def full_row(self, table: IntentTable, j: int) -> np.ndarray:
         """Row j's whole gain sequence up to its cap."""
@@ -464,8 +526,9 @@ class MarginalPhase:
         kk = np.arange(width)[None, :]
         g = marginal_gains(table, self.rows[sel], self.start[sel], self.level[sel], kk)
         if self.shaped(table, sel)[0]:
-            g = iron(g[0])[None, :]
-        return self._finish(table, sel, kk, g, np.array([np.inf]))[0][0]
+            w = min(width, IRON_WIDTH)
+            g[:, :w] = iron_rows(g[:, :w])
+        return self.finish(table, sel, kk, g, np.array([np.inf]))[0][0]
 
 
 def marginal_phase_reference(table: IntentTable, phase: MarginalPhase) -> np.ndarray:
@@ -480,7 +543,8 @@ def marginal_phase_fast(table: IntentTable, phase: MarginalPhase) -> np.ndarray:
 
     Rows are evaluated in blocks of increments and widened only where a whole block was taken (a
     non-increasing row cannot hide a better increment further out), so the work follows the units
-    handed out, not the node's capacity. S-shaped rows are taken whole, as in the reference.
+    handed out, not the node's capacity. S-shaped rows are ironed over their first IRON_WIDTH
+    increments, as in the reference.
     """
     n = len(phase.rows)
     room = phase.room(table)
@@ -488,26 +552,28 @@ def marginal_phase_fast(table: IntentTable, phase: MarginalPhase) -> np.ndarray:
     if phase.budget <= 0 or live.size == 0:
         return np.zeros(n, dtype=np.int64)
     shaped = phase.shaped(table, live)
-    flat = live[~shaped]
     width = int(min(room[live].max(), max(4, 2 * phase.budget // live.size + 2)))
     widths = np.zeros(n, dtype=np.int64)
     carry = np.full(n, np.inf)
     blocks_g: list[np.ndarray] = []
     blocks_r: list[np.ndarray] = []
     blocks_k: list[np.ndarray] = []
-    if flat.size:
-        kk = np.broadcast_to(np.arange(width), (flat.size, width))
-        g, carry[flat] = phase.block(table, flat, kk, carry[flat])
+    for group, is_shaped in ((live[~shaped], False), (live[shaped], True)):
+        if group.size == 0:
+            continue
+        w = width
+        if is_shaped:
+            w = int(min(room[group].max(), max(width, IRON_WIDTH)))
+        kk = np.broadcast_to(np.arange(w), (group.size, w))
+        g = marginal_gains(table, phase.rows[group], phase.start[group], phase.level[group], kk)
+        if is_shaped:
+            iw = min(w, IRON_WIDTH)
+            g[:, :iw] = iron_rows(g[:, :iw])
+        g, carry[group] = phase.finish(table, group, kk, g, carry[group])
         blocks_g.append(g.ravel())
-        blocks_r.append(np.repeat(flat, width))
+        blocks_r.append(np.repeat(group, w))
         blocks_k.append(kk.ravel())
-        widths[flat] = width
-    for j in live[shaped].tolist():
-        row = phase.full_row(table, j)
-        blocks_g.append(row)
-        blocks_r.append(np.full(len(row), j))
-        blocks_k.append(np.arange(len(row)))
-        widths[j] = room[j]
+        widths[group] = w
     while True:
         gains = np.concatenate(blocks_g)
         cand_rows = np.concatenate(blocks_r)
@@ -566,7 +632,8 @@ def floors(table: IntentTable, options: DmugOptions, capacity: int) -> np.ndarra
     """
     incumbent = table.prev_units > 0
     fixed = ~table.elastic | (not options.elastic)
-    floor = np.where(fixed, np.minimum(table.prev_units, table.cap), table.min_units)
+    held = np.clip(table.prev_units, table.min_units, np.maximum(table.cap, table.min_units))
+    floor = np.where(fixed, held, table.min_units)
     floor = np.where(incumbent, np.maximum(floor, 0), 0).astype(np.int64)
     if floor.sum() > capacity:
         order = np.lexsort((table.seq, -table.weight, table.preemptible))
@@ -704,11 +771,12 @@ def assess(
     n = table.n
     zeros = np.zeros(n, dtype=np.int64)
     preempted = zeros if preempted_units is None else preempted_units
-    everyone = np.arange(n)
-    p99 = np.where(units > 0, table.latency(everyone, units, level), 0.0)
+    everyone_rows = table.take()
+    lat = everyone_rows.latency(units, table.level_factor[level])
+    p99 = np.where(units > 0, lat, 0.0)
     slack = np.where(units > 0, table.deadline - p99, -table.deadline)
     slack = np.where(table.has_deadline, slack, 0.0)
-    risk = np.where(units > 0, table.risk(everyone, units, level), 1.0)
+    risk = np.where(units > 0, everyone_rows.risk_at(lat), 1.0)
     risk = np.where(table.has_deadline, risk, 0.0)
     st = np.full(n, ADMITTED, dtype=np.int64)
     st[(outcome == MET_DEGRADED) & (units > 0)] = DEGRADED
@@ -741,40 +809,66 @@ def assess(
 def _deadline_first_fit(
     table, options, order, units, need, free, outcome, preempted, preempted_by, free_at_ask
 ) -> int:
-    """The scarce deadline phase: in order, grant what fits; URGENT preempts; the rest is short."""
-    victims_order = np.lexsort(
-        (-table.seq, table.weight, table.has_deadline)
-    )  # batch first, then lowest weight, newest first
+    """The scarce deadline phase: in order, grant what fits; URGENT preempts; the rest is short.
+
+    Victims are preemptible non-URGENT intents, batch first, then lowest weight, newest first;
+    a victim loses all its units (below its minimum it could not run anyway).
+    """
+    victims_order = np.lexsort((-table.seq, table.weight, table.has_deadline))
     can_lose = table.preemptible & (table.cls != URGENT)
-    victims = [int(v) for v in victims_order.tolist() if can_lose[v]]
+    victims = victims_order[can_lose[victims_order]].tolist()
+    is_victim = can_lose.tolist()
+    is_urgent = (table.cls == URGENT).tolist()
+    u = units.tolist()
+    want = need.tolist()
+    lost = preempted.tolist()
+    by = preempted_by.tolist()
+    min_units = table.min_units.tolist()
+    reclaimable = int(units[can_lose].sum())
+    cursor = 0
     for i in order.tolist():
-        if preempted[i]:
+        if lost[i]:
             continue
-        e = max(int(need[i]) - int(units[i]), 0)
+        e = want[i] - u[i]
+        if e <= 0:
+            continue
+        if e > free and options.preempt and is_urgent[i]:
+            own = u[i] if is_victim[i] else 0
+            if free + reclaimable - own >= e:
+                # one pass from a cursor, a second from the start for victims that gained units
+                # after the cursor passed them
+                for begin in (cursor, 0):
+                    k = begin
+                    while free < e and k < len(victims):
+                        v = victims[k]
+                        k += 1
+                        if v != i and u[v] > 0:
+                            free += u[v]
+                            reclaimable -= u[v]
+                            lost[v] += u[v]
+                            by[v] = i
+                            u[v] = 0
+                    if begin == cursor:
+                        cursor = k
+                    if free >= e:
+                        break
         if e <= free:
-            units[i] += e
+            u[i] += e
             free -= e
+            if is_victim[i]:
+                reclaimable += e
             continue
-        urgent = options.preempt and table.cls[i] == URGENT
-        if urgent and free + sum(int(units[v]) for v in victims if v != i) >= e:
-            for v in victims:
-                if free >= e:
-                    break
-                if units[v] > 0 and v != i:
-                    free += int(units[v])
-                    preempted[v] += int(units[v])
-                    preempted_by[v] = i
-                    units[v] = 0
-            if e <= free:
-                units[i] += e
-                free -= e
-                continue
         free_at_ask[i] = free
         if outcome[i] != UNREACHABLE:
             outcome[i] = SHORT
-        if units[i] == 0 and table.min_units[i] <= free:
-            units[i] = table.min_units[i]
-            free -= int(units[i])
+        if u[i] == 0 and min_units[i] <= free:
+            u[i] = min_units[i]
+            free -= u[i]
+            if is_victim[i]:
+                reclaimable += u[i]
+    units[:] = u
+    preempted[:] = lost
+    preempted_by[:] = by
     return free
 
 

@@ -118,6 +118,7 @@ def _table_for(
         elif isinstance(value, np.ndarray):
             values[name] = np.repeat(value, n, axis=0)
     values["specs"] = [intent] * n
+    values["ids"] = [intent.id] * n
     values["inflation"] = np.asarray(inflation, dtype=np.float64) * np.ones(n)
     values["cap"] = cap.astype(np.int64)
     values["min_units"] = np.minimum(values["min_units"], np.maximum(cap, 1))

@@ -1,0 +1,112 @@
+"""D-MUG decision time: one tick of the `parfusion` policy for 10 .. 10,000 intents.
+
+Each size runs with units = 2 x the sum of the intents' minimums (plenty: the marginal-utility
+phase at work) and 1/2 of it (scarce: admission, preemption and degradation at work), cold (no
+previous plan) and steady (previous = the plan of the tick before, so hysteresis is on). The
+table shows medians over repeats of the whole allocate() call and of the unit allocation alone
+(dmug.plan_units, without materialising Decision objects), wall-clock and CPU time.
+
+    .venv/bin/python bench/bench_dmug.py [--sizes 10,100,1000,10000] [--repeats 15] [--seed 7]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import sys
+import time
+
+from services.allocator import dmug
+from services.allocator.model import IntentSpec, LaneCapacity, NodeState, PlanInput
+from services.allocator.policies.registry import get_policy
+
+CLASSES = ("ONLINE",) * 8 + ("ROBOT",) * 2 + ("URGENT",) + ("BATCH",) * 9
+
+
+def make_intents(n: int, rng: random.Random) -> list[IntentSpec]:
+    out = []
+    for k in range(n):
+        cls = CLASSES[k % len(CLASSES)]
+        mn = rng.randint(1, 4)
+        base = rng.uniform(5.0, 80.0)
+        f = rng.uniform(0.5, 0.98)
+        deadline = 0.0
+        if cls != "BATCH":
+            # reachable at a few units for most intents, out of reach for some
+            deadline = base * rng.uniform(0.25, 1.2)
+        out.append(
+            IntentSpec(
+                id=f"i{k:05d}",
+                name=f"w{k}",
+                workload_class=cls,  # type: ignore[arg-type]
+                priority=rng.randint(0, 1000),
+                deadline_ms=deadline,
+                min_units=mn,
+                max_units=mn + rng.randint(0, 8),
+                parallel_fraction=f,
+                base_service_ms=base,
+                arrival_rate_per_s=rng.uniform(0.0, 5.0) if cls == "ONLINE" else 0.0,
+                gpu_lane="infer" if k % 8 == 0 else "",
+                gpu_share=0.25 if k % 8 == 0 else 0.0,
+                degradation=("NORMAL", "FP16", "INT8") if k % 3 == 0 else ("NORMAL",),
+                preemptible=cls == "BATCH" or k % 5 == 0,
+                seq=k,
+            )
+        )
+    return out
+
+
+def make_node(units: int) -> NodeState:
+    lanes = (LaneCapacity("infer", (0, 1), 200), LaneCapacity("train", (2,), 100))
+    return NodeState(name="bench", cpu_units=units, cpu_ids=tuple(range(16)), lanes=lanes)
+
+
+def median_ms(fn, repeats: int) -> tuple[float, float]:
+    wall, cpu = [], []
+    for _ in range(repeats):
+        w0, c0 = time.perf_counter(), time.process_time()
+        fn()
+        cpu.append(time.process_time() - c0)
+        wall.append(time.perf_counter() - w0)
+    return statistics.median(wall) * 1e3, statistics.median(cpu) * 1e3
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default="10,100,1000,10000")
+    ap.add_argument("--repeats", type=int, default=15)
+    ap.add_argument("--seed", type=int, default=7)
+    ns = ap.parse_args(argv)
+    policy = get_policy("parfusion")
+    header = (
+        f"{'intents':>8} {'case':>7} {'tick':>6} {'units':>7} "
+        f"{'allocate ms':>12} {'(cpu)':>7} {'plan_units ms':>14} {'(cpu)':>7} "
+        f"{'granted':>8} {'at risk':>8} {'degr':>5} {'preempt':>8}"
+    )
+    sys.stdout.write(header + "\n")
+    for n in [int(x) for x in ns.sizes.split(",")]:
+        intents = make_intents(n, random.Random(ns.seed))
+        total_min = sum(s.min_units for s in intents)
+        for case, units in (("plenty", 2 * total_min), ("scarce", max(total_min // 2, 1))):
+            cold = PlanInput(intents=intents, node=make_node(units))
+            first = policy.allocate(cold)
+            steady = PlanInput(intents=intents, node=cold.node, previous=first.by_id(), tick=1)
+            for tick, state in (("cold", cold), ("steady", steady)):
+                repeats = ns.repeats if n <= 1000 else max(ns.repeats // 2, 5)
+                a_wall, a_cpu = median_ms(lambda s=state: policy.allocate(s), repeats)
+                p_wall, p_cpu = median_ms(lambda s=state: dmug.plan_units(s), repeats)
+                r = policy.allocate(state)
+                granted = sum(d.units for d in r.decisions)
+                risky = sum(1 for d in r.decisions if d.deadline_risk > 0.5)
+                sys.stdout.write(
+                    f"{n:>8} {case:>7} {tick:>6} {units:>7} {a_wall:>12.3f} {a_cpu:>7.3f} "
+                    f"{p_wall:>14.3f} {p_cpu:>7.3f} {granted:>8} {risky:>8} "
+                    f"{r.degradations:>5} {r.preemptions:>8}\n"
+                )
+                sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
