@@ -33,7 +33,9 @@ def test_compose_services_commands_ports_match_launcher_table() -> None:
         test = svc["healthcheck"]["test"]
         assert test[0] == "CMD" and test[1:4] == ["python", "-m", "parfusion.healthcheck"]
         assert str(spec.port) in test[-1]
-        assert svc.get("depends_on", {}) == {d: {"condition": "service_healthy"} for d in spec.depends_on}
+        assert svc.get("depends_on", {}) == {
+            d: {"condition": "service_healthy"} for d in spec.depends_on
+        }
 
 
 def test_cross_service_addresses_use_container_names() -> None:
