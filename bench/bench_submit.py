@@ -19,12 +19,15 @@ import argparse
 import json
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
@@ -84,14 +87,51 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+@dataclass
+class Round:
+    latencies: list[float] = field(default_factory=list)
+    errors: int = 0
+    elapsed_s: float = 0.0
+    server_cpu_s: float = 0.0
+    client_cpu_s: float = 0.0
+
+    def add(self, other: Round) -> None:
+        self.latencies += other.latencies
+        self.errors += other.errors
+        self.elapsed_s += other.elapsed_s
+        self.server_cpu_s += other.server_cpu_s
+        self.client_cpu_s += other.client_cpu_s
+
+    @property
+    def rate_per_s(self) -> float:
+        return len(self.latencies) / self.elapsed_s if self.elapsed_s else 0.0
+
+    def summary(self) -> dict[str, float]:
+        flat = sorted(self.latencies)
+        n = len(flat)
+
+        def pct(p: float) -> float:
+            return flat[min(n - 1, int(p / 100 * n))] * 1000 if n else 0.0
+
+        return {
+            "calls": n,
+            "errors": self.errors,
+            "rate_per_s": self.rate_per_s,
+            "p50_ms": pct(50),
+            "p99_ms": pct(99),
+            "server_cpu_us_per_call": self.server_cpu_s / n * 1e6 if n else 0.0,
+            "client_cpu_us_per_call": self.client_cpu_s / n * 1e6 if n else 0.0,
+        }
+
+
 def drive(
-    call: object, make_request: object, seconds: float, concurrency: int, server_pid: int = 0
-) -> dict[str, float]:
-    """N threads call back to back for ``seconds``; returns rate and latency percentiles."""
+    call: Any, make_request: Any, seconds: float, concurrency: int, server_pid: int = 0
+) -> Round:
+    """N threads call back to back for ``seconds``; latencies, errors and CPU of both sides."""
     latencies: list[list[float]] = [[] for _ in range(concurrency)]
     errors = [0] * concurrency
-    stop_at = time.perf_counter() + seconds
     start_gate = threading.Barrier(concurrency + 1)
+    stop_at = [0.0]
 
     def worker(k: int) -> None:
         own = latencies[k]
@@ -99,10 +139,10 @@ def drive(
         start_gate.wait()
         while True:
             t0 = time.perf_counter()
-            if t0 >= stop_at:
+            if t0 >= stop_at[0]:
                 return
             try:
-                call(make_request(k, counter), timeout=10)  # type: ignore[operator]
+                call(make_request(k, counter), timeout=10)
             except grpc.RpcError:
                 errors[k] += 1
             own.append(time.perf_counter() - t0)
@@ -111,31 +151,19 @@ def drive(
     threads = [threading.Thread(target=worker, args=(k,)) for k in range(concurrency)]
     for t in threads:
         t.start()
-    begin = time.perf_counter()
     server_cpu0, client_cpu0 = cpu_seconds(server_pid), time.process_time()
+    begin = time.perf_counter()
+    stop_at[0] = begin + seconds
     start_gate.wait()
     for t in threads:
         t.join()
-    elapsed = time.perf_counter() - begin
-    server_cpu, client_cpu = (
-        cpu_seconds(server_pid) - server_cpu0,
-        time.process_time() - client_cpu0,
+    return Round(
+        latencies=[x for own in latencies for x in own],
+        errors=sum(errors),
+        elapsed_s=time.perf_counter() - begin,
+        server_cpu_s=cpu_seconds(server_pid) - server_cpu0,
+        client_cpu_s=time.process_time() - client_cpu0,
     )
-    flat = sorted(x for own in latencies for x in own)
-    n = len(flat)
-
-    def pct(p: float) -> float:
-        return flat[min(n - 1, int(p / 100 * n))] * 1000 if n else 0.0
-
-    return {
-        "calls": n,
-        "errors": sum(errors),
-        "rate_per_s": n / elapsed,
-        "p50_ms": pct(50),
-        "p99_ms": pct(99),
-        "server_cpu_us_per_call": server_cpu / n * 1e6 if n else 0.0,
-        "client_cpu_us_per_call": client_cpu / n * 1e6 if n else 0.0,
-    }
 
 
 def submit_requests(run: str, concurrency: int, per_worker: int) -> object:
@@ -159,10 +187,13 @@ def submit_requests(run: str, concurrency: int, per_worker: int) -> object:
         for k in range(concurrency)
     ]
 
-    def make(k: int, i: int) -> allocator_pb2.SubmitIntentRequest:
-        if i >= per_worker:
+    used = [0] * concurrency  # per caller, across rounds: every id is submitted once
+
+    def make(k: int, _i: int) -> allocator_pb2.SubmitIntentRequest:
+        if used[k] >= per_worker:
             raise RuntimeError("prebuilt requests exhausted: raise --max-rate")
-        return prebuilt[k][i]
+        used[k] += 1
+        return prebuilt[k][used[k] - 1]
 
     return make
 
@@ -190,6 +221,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--max-rate", type=float, default=20000.0, help="requests/s to prebuild for (default 20000)"
     )
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (default 5)")
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     parser.add_argument("--serve", type=int, help=argparse.SUPPRESS)
     ns = parser.parse_args(argv)
@@ -226,45 +258,43 @@ def main(argv: list[str] | None = None) -> int:
                     request_serializer=allocator_pb2.SubmitIntentRequest.SerializeToString,
                     response_deserializer=allocator_pb2.SubmitIntentResponse.FromString,
                 )
-                drive(empty, lambda k, i: b"", ns.warmup, ns.concurrency)
-                empty_result = drive(
-                    empty, lambda k, i: b"", ns.seconds, ns.concurrency, server.pid
-                )
-                per_worker = int(ns.max_rate * max(ns.seconds, ns.warmup) / ns.concurrency) + 1
-                drive(
-                    submit,
-                    submit_requests("warm", ns.concurrency, per_worker),
-                    ns.warmup,
-                    ns.concurrency,
-                )
-                submit_result = drive(
-                    submit,
-                    submit_requests("run", ns.concurrency, per_worker),
-                    ns.seconds,
-                    ns.concurrency,
-                    server.pid,
-                )
+                # Interleaved rounds: the machine's background load drifts, so each method
+                # is measured in alternating slices rather than one long block each.
+                slice_s = ns.seconds / ns.rounds
+                per_worker = int(ns.max_rate * (ns.seconds + ns.warmup) / ns.concurrency) + 1
+                make_submit = submit_requests("run", ns.concurrency, per_worker)
+                drive(empty, lambda k, i: b"", ns.warmup / 2, ns.concurrency)
+                drive(submit, make_submit, ns.warmup / 2, ns.concurrency)
+                empty_total, submit_total, ratios = Round(), Round(), []
+                for _ in range(ns.rounds):
+                    e = drive(empty, lambda k, i: b"", slice_s, ns.concurrency, server.pid)
+                    t = drive(submit, make_submit, slice_s, ns.concurrency, server.pid)
+                    empty_total.add(e)
+                    submit_total.add(t)
+                    ratios.append(t.rate_per_s / e.rate_per_s if e.rate_per_s else 0.0)
         finally:
             server.send_signal(signal.SIGTERM)
             try:
                 server.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 server.kill()
-    ratio = (
-        submit_result["rate_per_s"] / empty_result["rate_per_s"]
-        if empty_result["rate_per_s"]
-        else 0.0
-    )
+    empty_result, submit_result = empty_total.summary(), submit_total.summary()
+    ratio = statistics.median(ratios)
     sys.stdout.write(
-        f"concurrency {ns.concurrency}, {ns.seconds:g} s per method, synchronous={ns.synchronous}, cpus={os.cpu_count()}\n"
-        f"{'method':<24}{'calls':>8}{'errors':>8}{'rate/s':>10}{'p50 ms':>9}{'p99 ms':>9}{'server us':>11}{'client us':>11}\n"
+        f"concurrency {ns.concurrency}, {ns.rounds} interleaved rounds, {ns.seconds:g} s per method, "
+        f"synchronous={ns.synchronous}, cpus={os.cpu_count()}\n"
+        f"{'method':<24}{'calls':>8}{'errors':>8}{'rate/s':>10}{'p50 ms':>9}{'p99 ms':>9}"
+        f"{'server us':>11}{'client us':>11}\n"
     )
     for name, r in (("empty unary RPC", empty_result), ("SubmitIntent (durable)", submit_result)):
         sys.stdout.write(
             f"{name:<24}{r['calls']:>8.0f}{r['errors']:>8.0f}{r['rate_per_s']:>10.0f}{r['p50_ms']:>9.2f}{r['p99_ms']:>9.2f}"
             f"{r['server_cpu_us_per_call']:>11.0f}{r['client_cpu_us_per_call']:>11.0f}\n"
         )
-    sys.stdout.write(f"SubmitIntent / empty RPC rate: {ratio:.0%} (target >= 50%)\n")
+    sys.stdout.write(
+        f"SubmitIntent / empty RPC rate, median of rounds: {ratio:.0%} "
+        f"(rounds: {', '.join(f'{r:.0%}' for r in ratios)}; target >= 50%)\n"
+    )
     if ns.json:
         ns.json.write_text(
             json.dumps(

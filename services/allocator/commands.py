@@ -9,8 +9,9 @@ bad intent file, 3 when the allocator cannot be reached.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +56,9 @@ def _call(
     try:
         with channel(ns.address) as ch:
             return fn(allocator_pb2_grpc.AllocatorServiceStub(ch))
+    except BrokenPipeError:  # output piped into `head` and the like
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - keep interpreter exit quiet
+        return 0
     except grpc.RpcError as exc:
         code = exc.code()  # type: ignore[attr-defined]
         sys.stderr.write(f"error: {code.name}: {exc.details()}\n")  # type: ignore[attr-defined]
@@ -111,11 +115,9 @@ def _configure_intents(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_intents(ns: argparse.Namespace) -> int:
-    cls = (
-        intent_pb2.WorkloadClass.Value(f"WORKLOAD_CLASS_{ns.workload_class}")
-        if ns.workload_class
-        else 0
-    )
+    cls = intent_pb2.WORKLOAD_CLASS_UNSPECIFIED
+    if ns.workload_class:
+        cls = getattr(intent_pb2, f"WORKLOAD_CLASS_{ns.workload_class}")
 
     def show(stub: allocator_pb2_grpc.AllocatorServiceStub) -> int:
         reply = stub.ListIntents(
@@ -124,7 +126,9 @@ def _run_intents(ns: argparse.Namespace) -> int:
         if ns.json:
             sys.stdout.write(_json(reply) + "\n")
             return 0
-        rows = [("ID", "NAME", "CLASS", "PRIORITY", "DEADLINE_MS", "UNITS", "GPU")]
+        rows: list[tuple[str, ...]] = [
+            ("ID", "NAME", "CLASS", "PRIORITY", "DEADLINE_MS", "UNITS", "GPU")
+        ]
         for i in reply.intents:
             units = f"{i.parallelism.min}-{i.parallelism.max or '*'}"
             gpu = f"{i.gpu.lane or 'any'}:{i.gpu.share:g}" if i.gpu.share else "-"
@@ -165,7 +169,7 @@ def _run_plan(ns: argparse.Namespace) -> int:
             f"policy {reply.policy}  generation {plan.generation}  node {plan.node or '-'}  units {plan.cpu_units}"
             f"  contention {plan.contention:.2f}  telemetry {stale}  decision {plan.decision_ms:.3f} ms\n"
         )
-        rows = [
+        rows: list[tuple[str, ...]] = [
             (
                 "INTENT",
                 "CLASS",
@@ -228,7 +232,7 @@ def _run_policy(ns: argparse.Namespace) -> int:
         if ns.json:
             sys.stdout.write(_json(listing) + "\n")
             return 0
-        rows = [("", "POLICY", "KIND", "DESCRIPTION")]
+        rows: list[tuple[str, ...]] = [("", "POLICY", "KIND", "DESCRIPTION")]
         rows += [
             ("*" if p.name == listing.active else "", p.name, p.kind, p.description)
             for p in listing.policies
@@ -239,7 +243,7 @@ def _run_policy(ns: argparse.Namespace) -> int:
     return _call(ns, run)
 
 
-def _table(rows: list[tuple[str, ...]]) -> None:
+def _table(rows: Sequence[tuple[str, ...]]) -> None:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for r in rows:
         sys.stdout.write(

@@ -31,8 +31,12 @@ DEGRADATION_TO_MODEL: dict[int, model.Degradation] = {
     intent_pb2.DEGRADATION_LEVEL_FP16: "FP16",
     intent_pb2.DEGRADATION_LEVEL_INT8: "INT8",
 }
-DEGRADATION_TO_PROTO = {v: k for k, v in DEGRADATION_TO_MODEL.items()}
-STATE_TO_PROTO = {
+DEGRADATION_TO_PROTO: dict[str, intent_pb2.DegradationLevel] = {
+    "NORMAL": intent_pb2.DEGRADATION_LEVEL_NORMAL,
+    "FP16": intent_pb2.DEGRADATION_LEVEL_FP16,
+    "INT8": intent_pb2.DEGRADATION_LEVEL_INT8,
+}
+STATE_TO_PROTO: dict[str, intent_pb2.AllocationState] = {
     "ADMITTED": intent_pb2.ALLOCATION_STATE_ADMITTED,
     "THROTTLED": intent_pb2.ALLOCATION_STATE_THROTTLED,
     "DEGRADED": intent_pb2.ALLOCATION_STATE_DEGRADED,

@@ -92,7 +92,9 @@ class AllocatorServicer(allocator_pb2_grpc.AllocatorServiceServicer):
         cls = request.workload_class
         if cls and cls not in convert.CLASS_TO_MODEL:
             raise InvalidArgument(f"unknown value {cls}", field="workload_class")
-        return allocator_pb2.ListIntentsResponse(intents=[s.intent for s in self.store.list(cls)])
+        return allocator_pb2.ListIntentsResponse(
+            intents=[s.intent for s in self.store.list_intents(cls)]
+        )
 
     def DeleteIntent(self, request: Any, context: Any) -> Any:  # noqa: N802
         if not request.id:

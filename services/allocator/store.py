@@ -1,15 +1,16 @@
 """The durable intent store: SQLite in WAL mode under run/, group-committed, mirrored in memory.
 
-Every change (submit, delete) goes through one writer thread that drains whatever requests
-are waiting and commits them in a single transaction; a caller is answered only after that
-COMMIT returned, so an acknowledged SubmitIntent is in the database file. With
-``journal_mode=WAL`` and ``synchronous=NORMAL`` (the default here) the committed frames are
-written to the WAL with write(2) before COMMIT returns: a process crash (``kill -9``) cannot
-lose them, only an OS crash or power cut can lose the last transactions. ``synchronous=FULL``
-(config ``db_synchronous: full``) adds an fsync per group commit for power-loss durability.
+Every change (submit, delete) is queued; the caller that finds no commit in progress leads and
+commits every queued change in one transaction, the others are answered by that commit. A
+caller is answered only after COMMIT returned, so an acknowledged SubmitIntent is in the
+database. With ``journal_mode=WAL`` and ``synchronous=NORMAL`` (the default here) the committed
+frames are written to the WAL file with write(2) before COMMIT returns: a process crash
+(``kill -9``) cannot lose them; only an OS crash or power cut can lose the last transactions.
+``synchronous=FULL`` (config ``db_synchronous: full``) adds an fsync per group commit for
+power-loss durability.
 
 Reads are served from an in-memory mirror updated after each commit, so GetIntent/ListIntents
-and the control loop never wait on the writer. ``version`` grows with every change; the loop
+and the control loop never wait on a commit. ``version`` grows with every change; the loop
 uses it to invalidate its cached intent list.
 """
 
@@ -142,7 +143,7 @@ class IntentStore:
             raise NotFound(f"no intent with id {intent_id!r}", field="id")
         return stored.intent
 
-    def list(
+    def list_intents(
         self, workload_class: int = intent_pb2.WORKLOAD_CLASS_UNSPECIFIED
     ) -> list[StoredIntent]:
         with self._lock:
@@ -287,8 +288,10 @@ class IntentStore:
         changes: list[tuple[str, StoredIntent | None, bytes | None]],
     ) -> object:
         if op.kind == "meta":
-            key, _, value = op.intent_id.partition("=")
-            self._db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, value))
+            name, _, value = op.intent_id.partition("=")
+            self._db.execute(
+                "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (name, value)
+            )
             return True
         if op.kind == "delete":
             existing, _ = current(op.intent_id)

@@ -308,3 +308,24 @@ def test_restart_without_loss_after_kill_9(home: Path) -> None:
         proc.kill()
         proc.wait(timeout=10)
     assert (home / "run" / "allocator.db").exists()
+
+
+def test_preview_without_override_is_the_next_tick_and_a_disturbance_changes_it(
+    start: Start, stub_for: StubFor
+) -> None:
+    running = start()
+    stub = stub_for(running.address)
+    _submit(stub, online_intent())
+    _submit(stub, batch_intent())
+    running.handle.loop.tick()
+    same = stub.PreviewPlan(allocator_pb2.PreviewPlanRequest(), timeout=5).preview
+    disturbed = stub.PreviewPlan(
+        allocator_pb2.PreviewPlanRequest(disturbance=telemetry_pb2.Disturbance(cpu_pressure=0.9)),
+        timeout=5,
+    ).preview
+    running.handle.loop.tick()
+    nxt = stub.GetPlan(allocator_pb2.GetPlanRequest(), timeout=5).node_plan
+    assert list(same.allocations) == list(nxt.allocations)
+    assert [a.predicted_p99_ms for a in disturbed.allocations] != [
+        a.predicted_p99_ms for a in nxt.allocations
+    ]

@@ -72,7 +72,7 @@ def test_reopen_keeps_intents_in_order(tmp_path: Path) -> None:
     s.close()
     s2 = IntentStore(path)
     try:
-        assert [x.intent.id for x in s2.list()] == [ids[0], ids[1], ids[3], ids[4]]
+        assert [x.intent.id for x in s2.list_intents()] == [ids[0], ids[1], ids[3], ids[4]]
         assert s2.submit(intent("svc-0", ids[0])).already_existed  # idempotency survives a restart
     finally:
         s2.close()
@@ -91,8 +91,8 @@ def test_list_filters_by_class(store: IntentStore) -> None:
         intent_pb2.ResourceIntent(name="job", workload_class=intent_pb2.WORKLOAD_CLASS_BATCH)
     )
     store.submit(batch)
-    assert [s.intent.name for s in store.list(intent_pb2.WORKLOAD_CLASS_BATCH)] == ["job"]
-    assert len(store.list()) == 2
+    assert [s.intent.name for s in store.list_intents(intent_pb2.WORKLOAD_CLASS_BATCH)] == ["job"]
+    assert len(store.list_intents()) == 2
     assert store.count_by_class() == {
         intent_pb2.WORKLOAD_CLASS_ONLINE: 1,
         intent_pb2.WORKLOAD_CLASS_BATCH: 1,
