@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import Any
 
 import grpc
@@ -24,6 +25,8 @@ from parfusion.v1 import (
 from services.common.clients import channel
 
 log = logging.getLogger(__name__)
+
+RECONNECT_S = 1.0
 
 
 class PeerHealth:
@@ -56,6 +59,7 @@ class _Peer:
         self._token = token
         self._channel: grpc.Channel | None = None
         self._lock = threading.Lock()
+        self._reset_at = 0.0
 
     def channel(self) -> grpc.Channel:
         with self._lock:
@@ -69,15 +73,27 @@ class _Peer:
                 self._channel.close()
                 self._channel = None
 
+    def reconnect_soon(self) -> None:
+        """After a failure, start over with a fresh channel (at most every RECONNECT_S): a
+        channel left in its reconnect backoff can wait up to two minutes before it notices
+        that a restarted peer is back; a fresh one connects on its first call."""
+        now = time.monotonic()
+        with self._lock:
+            if self._channel is None or now - self._reset_at < RECONNECT_S:
+                return
+            self._reset_at = now
+            stale, self._channel = self._channel, None
+        stale.close()
 
-def _result(future: Any, health: PeerHealth) -> Any:
-    try:
-        value = future.result()
-    except Exception as exc:  # RpcError, or a cancelled future at shutdown
-        health.failure(exc)
-        return None
-    health.success()
-    return value
+    def result(self, future: Any, health: PeerHealth) -> Any:
+        try:
+            value = future.result()
+        except Exception as exc:  # RpcError, or a cancelled future at shutdown
+            health.failure(exc)
+            self.reconnect_soon()
+            return None
+        health.success()
+        return value
 
 
 class NodeAgentClient(_Peer):
@@ -93,7 +109,7 @@ class NodeAgentClient(_Peer):
         )
 
     def finish_pull(self, future: Any) -> telemetry_pb2.NodeTelemetry | None:
-        reply = _result(future, self.pull_health)
+        reply = self.result(future, self.pull_health)
         return None if reply is None else reply.telemetry
 
     def start_push(self, plan: intent_pb2.NodePlan, timeout_s: float) -> Any:
@@ -103,7 +119,7 @@ class NodeAgentClient(_Peer):
         )
 
     def finish_push(self, future: Any) -> bool:
-        return _result(future, self.push_health) is not None
+        return self.result(future, self.push_health) is not None
 
 
 class GpuLaneClient(_Peer):
@@ -117,7 +133,7 @@ class GpuLaneClient(_Peer):
         return stub.GetGpuTelemetry.future(gpulane_pb2.GetGpuTelemetryRequest(), timeout=timeout_s)
 
     def finish_pull(self, future: Any) -> telemetry_pb2.GpuTelemetry | None:
-        reply = _result(future, self.pull_health)
+        reply = self.result(future, self.pull_health)
         return None if reply is None else reply.telemetry
 
     def start_push(self, plan: intent_pb2.GpuPlan, timeout_s: float) -> Any:
@@ -129,4 +145,4 @@ class GpuLaneClient(_Peer):
         )
 
     def finish_push(self, future: Any) -> bool:
-        return _result(future, self.push_health) is not None
+        return self.result(future, self.push_health) is not None

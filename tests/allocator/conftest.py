@@ -146,8 +146,12 @@ def start(make_settings: SettingsFactory) -> Iterator[Callable[..., RunningAlloc
     """Start an in-process allocator on a free port; every one started is stopped afterwards."""
     started: list[RunningAllocator] = []
 
-    def go(*, start_loop: bool = False, **overrides: Any) -> RunningAllocator:
-        running = start_allocator(make_settings(**overrides), port=0, start_loop=start_loop)
+    def go(
+        *, start_loop: bool = False, metrics_port: int | None = None, **overrides: Any
+    ) -> RunningAllocator:
+        running = start_allocator(
+            make_settings(**overrides), port=0, metrics_port=metrics_port, start_loop=start_loop
+        )
         started.append(running)
         return running
 

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
@@ -329,3 +330,26 @@ def test_preview_without_override_is_the_next_tick_and_a_disturbance_changes_it(
     assert [a.predicted_p99_ms for a in disturbed.allocations] != [
         a.predicted_p99_ms for a in nxt.allocations
     ]
+
+
+def test_metrics_endpoint_serves_decision_and_loop_series(start: Start, stub_for: StubFor) -> None:
+    running = start(metrics_port=0)
+    stub = stub_for(running.address)
+    web = _submit(stub, online_intent("scraped-web")).intent
+    running.handle.loop.tick()
+    url = f"http://127.0.0.1:{running.server.metrics_port}/metrics"
+    body = urllib.request.urlopen(url, timeout=5).read().decode()
+    for series in (
+        'parfusion_dmug_decision_duration_seconds_bucket{le="0.001",policy="parfusion"}',
+        f'parfusion_dmug_units{{intent="scraped-web",intent_id="{web.id}"}}',
+        f'parfusion_dmug_slack_seconds{{intent="scraped-web",intent_id="{web.id}"}}',
+        f'parfusion_dmug_deadline_risk{{intent="scraped-web",intent_id="{web.id}"}}',
+        f'parfusion_dmug_nmu{{intent="scraped-web",intent_id="{web.id}"}}',
+        'parfusion_allocator_intents{workload_class="ONLINE"}',
+        "parfusion_allocator_ticks_total",
+        "parfusion_allocator_node_stale",
+        "parfusion_dmug_degradations_total",
+        "parfusion_dmug_preemptions_total",
+        'parfusion_grpc_requests_total{code="OK",method="SubmitIntent",service="AllocatorService"}',
+    ):
+        assert series in body, series
