@@ -199,7 +199,9 @@ def create_app(settings: ServiceSettings) -> Starlette:
         except ValueError as exc:
             ctx = {"preview_block": {"error": str(exc)}, "request": request}
             return HTMLResponse(render_block(env, "preview", ctx), status_code=422)
-        reading = await d.clients.preview_plan(arrival_rate_scale=rate, **knobs)
+        reading = await d.clients.preview_plan(
+            cpu=knobs["cpu"], gpu=knobs["gpu"], network=knobs["network"], arrival_rate_scale=rate
+        )
         metrics.PREVIEWS.labels(outcome="ok" if reading.ok else "error").inc()
         block: dict[str, Any] = {"knobs": knobs, "rate": rate}
         if reading.ok and reading.value is not None:

@@ -42,6 +42,7 @@ ROBOT_COLOURS = {
 LEFT, RIGHT = 56, 14
 CHAR_W = 6.4  # average glyph width of the 11px label font, for laying labels out without overlap
 LABEL_ROWS = 4
+UNBOUNDED_MS = 1e6
 
 
 def _fmt(v: float) -> str:
@@ -70,7 +71,8 @@ def latency_chart(
                 names.append(p.name)
             if p.deadline_ms > 0:
                 deadlines[p.name] = p.deadline_ms
-            peak = max(peak, p.p99_ms)
+            if p.p99_ms < UNBOUNDED_MS:  # the allocator's 'cannot meet it' sentinel
+                peak = max(peak, p.p99_ms)
     y_max = max([peak * 1.1, *(d * 1.4 for d in deadlines.values()), 1.0])
 
     def x(t: float) -> float:
@@ -122,14 +124,26 @@ def latency_chart(
             for p in s.online
             if p.name == name and s.t >= start
         ]
+        predicted = [
+            f"{_fmt(x(s.t))},{_fmt(y(p.predicted_p99_ms))}"
+            for s in samples
+            for p in s.online
+            if p.name == name and s.t >= start and p.observed and p.predicted_p99_ms > 0
+        ]
+        if predicted:
+            parts.append(
+                f'<polyline class="predicted" data-intent="{escape(name)}" fill="none" '
+                f'stroke="{colour}" stroke-width="1" stroke-dasharray="1 3" opacity="0.8" '
+                f'points="{" ".join(predicted)}"/>'
+            )
         if points:
             parts.append(
                 f'<polyline class="series" data-intent="{escape(name)}" fill="none" '
                 f'stroke="{colour}" stroke-width="2" points="{" ".join(points)}"/>'
             )
         parts.append(
-            f'<rect x="{left + 8 + i * 170}" y="{top + 8}" width="10" height="10" fill="{colour}"/>'
-            f'<text x="{left + 22 + i * 170}" y="{top + 17}" class="legend">{escape(name)} p99</text>'
+            f'<rect x="{left + 8 + i * 260}" y="{top + 8}" width="10" height="10" fill="{colour}"/>'
+            f'<text x="{left + 22 + i * 260}" y="{top + 17}" class="legend">{escape(name)} p99 (dotted: predicted)</text>'
         )
 
     row_ends = [float("-inf")] * LABEL_ROWS

@@ -56,15 +56,18 @@ class Observer:
 
     async def poll(self) -> Snapshot:
         started = time.perf_counter()
-        plan, intents, policies, node, gpu, bridge, extender = await asyncio.gather(
-            self.clients.get_plan(),
-            self.clients.list_intents(),
-            self.clients.list_policies(),
-            self.clients.node_telemetry(),
-            self.clients.gpu_telemetry(),
-            self.clients.bridge_state(),
-            self.clients.extender_health(),
+        answers: list[Reading[Any]] = list(
+            await asyncio.gather(
+                self.clients.get_plan(),
+                self.clients.list_intents(),
+                self.clients.list_policies(),
+                self.clients.node_telemetry(),
+                self.clients.gpu_telemetry(),
+                self.clients.bridge_state(),
+                self.clients.extender_health(),
+            )
         )
+        plan, intents, policies, node, gpu, bridge, extender = answers
         snapshot = Snapshot(
             taken_at=time.time(),
             readings={
@@ -107,7 +110,11 @@ def observe(snapshot: Snapshot) -> Observation:
     node_reading = snapshot.reading("nodeagent")
     bridge_reading = snapshot.reading("bridge")
     plan = plan_reading.value if plan_reading and plan_reading.ok else None
-    node = node_reading.value.telemetry if node_reading and node_reading.ok else None
+    node = (
+        node_reading.value.telemetry
+        if node_reading and node_reading.ok and node_reading.value is not None
+        else None
+    )
     intents = (
         list(snapshot.intents.value.intents)
         if snapshot.intents and snapshot.intents.ok and snapshot.intents.value

@@ -23,7 +23,7 @@ from tests.conftest import ROOT
 from tests.dashboard.local_stack import StackLike, start_services
 
 CHROMIUM = "/usr/bin/chromium"
-STAGE_S = 4.0
+STAGE_S = 3.0
 SHOTS = ROOT / "results" / "dashboard"
 
 pytestmark = [
@@ -176,7 +176,8 @@ def test_guided_demo_what_if_and_a_stopped_service_in_a_real_browser(
     for label in ("1 Baseline", "policy baseline -> parfusion", "urgent obstacle-stop"):
         assert label in labels, labels
     assert any(label.startswith("disturbance cpu") for label in labels), labels
-    assert page.locator("#robot svg rect[data-state=PREEMPTED]").count() >= 1
+    assert page.locator("#latency svg.robot-timeline rect[data-state=PREEMPTED]").count() >= 1
+    assert "PREEMPTED → URGENT_TASK_RUNNING" in page.locator("#robot ul.transitions").inner_text()
     page.screenshot(path=str(SHOTS / "guided-demo.png"), full_page=True)
 
     # stop a service: its panel says so, the rest keeps updating
