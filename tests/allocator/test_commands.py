@@ -112,3 +112,18 @@ def test_policy_list_marks_active_and_switch(
 def test_unreachable_allocator_is_unavailable(capsys: pytest.CaptureFixture[str]) -> None:
     assert run("intents", "--address", f"127.0.0.1:{free_port()}", "--timeout", "0.5") == 3
     assert capsys.readouterr().err.startswith("error: ")
+
+
+def test_api_token_rides_along_from_the_environment(
+    start: Callable[..., RunningAllocator],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv("PARFUSION_API_TOKEN", "s3cret")
+    running = start()
+    path = ROOT / "configs" / "intents" / "robot-mission.yaml"
+    assert run("submit", str(path), "--address", running.address) == 0
+    monkeypatch.delenv("PARFUSION_API_TOKEN")
+    assert run("submit", str(path), "--address", running.address) == 1
+    assert "UNAUTHENTICATED" in capsys.readouterr().err
+    assert run("intents", "--address", running.address) == 0  # reads need no token

@@ -15,13 +15,14 @@ from pathlib import Path
 import pytest
 from prometheus_client import REGISTRY
 
-from parfusion.v1 import telemetry_pb2
+from parfusion.v1 import nodeagent_pb2_grpc, telemetry_pb2
 from services.allocator import model
 from services.allocator.loop import ControlLoop, LoopConfig
 from services.allocator.store import IntentStore
 from services.allocator.validation import normalize_intent
 from services.allocator.watch import END
-from tests.allocator.conftest import Peers, batch_intent, online_intent
+from services.common.grpc_server import start_grpc_server
+from tests.allocator.conftest import NODEAGENT, PeerAgent, Peers, batch_intent, online_intent
 
 
 @pytest.fixture
@@ -217,3 +218,23 @@ def test_preview_changes_nothing(store: IntentStore) -> None:
     assert loop.current() is current
     assert loop._previous == previous
     assert len(preview.node_plan.allocations) == 2
+
+
+def test_pushes_carry_the_api_token(store: IntentStore) -> None:
+    agent = PeerAgent()
+    server = start_grpc_server(
+        [(nodeagent_pb2_grpc.add_NodeAgentServiceServicer_to_server, agent, NODEAGENT)],
+        port=0,
+        api_token="s3cret",
+    )
+    try:
+        address = f"127.0.0.1:{server.port}"
+        for token, pushed in ((None, 0), ("s3cret", 1)):
+            loop = make_loop(store, nodeagent_address=address, api_token=token)
+            try:
+                loop.tick()
+            finally:
+                loop.stop()
+            assert len(agent.plans) == pushed  # ApplyNodePlan is refused without the token
+    finally:
+        server.stop(0)
