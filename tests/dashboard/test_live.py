@@ -14,7 +14,9 @@ from pathlib import Path
 import pytest
 from starlette.testclient import TestClient
 
+from parfusion.v1 import allocator_pb2, allocator_pb2_grpc
 from services.allocator.server import RunningAllocator, start_allocator
+from services.common.clients import channel
 from services.common.config import ServiceSettings, build_settings
 from services.dashboard.app import create_app
 from tests.conftest import free_port
@@ -40,6 +42,15 @@ def allocator(home: Path) -> Iterator[RunningAllocator]:
     running.stop()
 
 
+def _active(allocator: RunningAllocator) -> str:
+    """The allocator's active policy, asked over its public API."""
+    with channel(allocator.address) as ch:
+        reply = allocator_pb2_grpc.AllocatorServiceStub(ch).ListPolicies(
+            allocator_pb2.ListPoliciesRequest(), timeout=5
+        )
+    return str(reply.active)
+
+
 def _rows(html: str, table_id: str) -> dict[str, str]:
     table = html.split(f'id="{table_id}"', 1)[1].split("</table>", 1)[0]
     return dict(re.findall(r'<tr data-intent="([^"]+)"[^>]*>(.*?)</tr>', table, re.S))
@@ -61,7 +72,11 @@ def test_allocator_table_policies_and_preview_from_the_real_allocator(
         _wait(lambda: len(_rows(client.get("/partials/allocator").text, "allocation-table")) >= 3)
         page = client.get("/").text
         rows = _rows(page, "allocation-table")
-        intents = {s.intent.name for s in allocator.handle.store.list()}
+        with channel(allocator.address) as ch:
+            listed = allocator_pb2_grpc.AllocatorServiceStub(ch).ListIntents(
+                allocator_pb2.ListIntentsRequest(), timeout=5
+            )
+        intents = {i.name for i in listed.intents}
         assert set(rows) == intents
         assert "allocator unreachable" not in page
         assert f"nodeagent unreachable at {settings.get_str('nodeagent_address')}" in page
@@ -73,7 +88,7 @@ def test_allocator_table_policies_and_preview_from_the_real_allocator(
 
         done = client.post("/actions/policy?name=baseline").text
         assert "policy baseline active" in done
-        assert allocator.handle.loop.policy_name == "baseline"
+        assert _active(allocator) == "baseline"
         _wait(lambda: 'id="active-policy">baseline<' in client.get("/partials/cockpit").text)
         events = client.get("/partials/events").text
         assert "set policy baseline" in events
@@ -85,7 +100,7 @@ def test_allocator_table_policies_and_preview_from_the_real_allocator(
         storm = client.get("/partials/preview?cpu=0.9&gpu=0.8&network=0.5&rate=3").text
         assert 'id="preview-table"' in storm
         assert _rows(calm, "preview-table") != _rows(storm, "preview-table")
-        assert allocator.handle.loop.policy_name == "parfusion"  # nothing applied
+        assert _active(allocator) == "parfusion"  # nothing applied
 
 
 def test_guided_demo_drives_the_allocator_and_reports_what_failed(
@@ -103,8 +118,8 @@ def test_guided_demo_drives_the_allocator_and_reports_what_failed(
             stage = re.search(r'id="demo-caption" class="caption" data-stage="(\w+)"', page)
             if stage and (not seen or seen[-1] != stage.group(1)):
                 seen.append(stage.group(1))
-            if not policies or policies[-1] != allocator.handle.loop.policy_name:
-                policies.append(allocator.handle.loop.policy_name)
+            if not policies or policies[-1] != _active(allocator):
+                policies.append(_active(allocator))
             if 'id="demo-status">done<' in page:
                 break
             assert 'hx-trigger="load"' not in page or not seen  # never restarted while running
