@@ -2,9 +2,8 @@
 
 The node loop, the extender's node scoring, what-if previews and the experiments all call this one
 pure core: plain data in (PlanInput), numpy arrays out (UnitPlan), no I/O, no clock, no globals.
-The formulas (Amdahl speedup, predicted tail latency, slack, deadline risk, normalised marginal
-utility) are written once, with only + - * / and comparisons, so the scalar and the vectorised
-uses give bit-identical numbers. docs/algorithm.md derives each formula and maps it to its code.
+The formulas (services/allocator/formulas.py) are written once and used by every phase, by
+the reference policies (``assess``) and by placement scoring. docs/algorithm.md derives each formula and maps it to its code.
 
 Phases of one tick (``plan_units``):
 0. incumbents keep a floor (elastic: their minimum; non-elastic: their previous units);
@@ -12,32 +11,45 @@ Phases of one tick (``plan_units``):
    URGENT preempts preemptible intents; ONLINE walks its degradation ladder when even its maximum
    misses; what still misses is at risk;
 2. admission of the remaining (batch) intents at their minimum;
-3. marginal-utility phase: leftover units to the largest NMU, by water-filling (``select_increments``),
-   which equals the heap greedy (``select_increments_heap``) increment for increment.
+3. marginal-utility phase: leftover units to the largest NMU by water-filling
+   (services/allocator/waterfill.py), equal to the heap greedy increment for increment.
 """
 
 from __future__ import annotations
 
-import heapq
 import operator
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
+# the formulas are re-exported: dmug.<formula> is how callers name them
+from services.allocator.formulas import (  # noqa: F401
+    DEFAULT_REL_SPREAD,
+    LATENCY_CEILING_MS,
+    MAX_UTILISATION,
+    MIN_REL_SPREAD,
+    amdahl_speedup,
+    batch_gain,
+    combined_cpu_pressure,
+    cpu_pressure,
+    deadline_risk,
+    latency_inflation,
+    predicted_latency_ms,
+    pressure_inflation,
+    priority_weight,
+    service_at_one_unit,
+    slack_ms,
+)
 from services.allocator.model import (
     DEGRADATION_ORDER,
     DmugConfig,
     IntentSpec,
-    NodeState,
     PlanInput,
-    ServiceStats,
 )
+from services.allocator.waterfill import iron_rows, select_increments, select_increments_heap
 
-LATENCY_CEILING_MS = 1e9  # "never": an overloaded queue or a missing unit
-MAX_UTILISATION = 0.999  # queueing model cut-off: above it the queue does not drain
-DEFAULT_REL_SPREAD = 0.25  # spread of the p99 estimate with no observations (relative)
-MIN_REL_SPREAD = 0.05
+IRON_WIDTH = 32  # increments of an S-shaped row that are ironed (the rest keep a running min)
 DWELL_BONUS = 1e6  # marginal utility added to units held during the dwell window
 Z_CLASS = {"ONLINE": 0, "BATCH": 1, "ROBOT": 2, "URGENT": 3}
 ONLINE, BATCH, ROBOT, URGENT = 0, 1, 2, 3
@@ -48,98 +60,6 @@ STATE_NAMES = ("ADMITTED", "THROTTLED", "DEGRADED", "PREEMPTED")
 
 # UnitPlan.outcome codes: why the intent has its units (drives the human-readable reason)
 MET, MET_DEGRADED, UNREACHABLE, SHORT, BATCH_ADMITTED, NOT_ADMITTED, WAS_PREEMPTED, FIXED = range(8)
-
-
-# ----------------------------------------------------------------------------------------------
-# The formulas. Arguments are floats or numpy arrays; results broadcast.
-
-
-def amdahl_speedup(f, p):
-    """S(p) = 1 / ((1 - f) + f / p), p >= 1."""
-    return 1.0 / ((1.0 - f) + f / p)
-
-
-def predicted_latency_ms(tail1_ms, mean1_ms, f, p, arrival_per_s, factor):
-    """Predicted tail latency at p units: L(p) = T1*m / S(p) / (1 - rho), rho = lambda*M1*m/S(p).
-
-    T1/M1 are the tail and mean service time at one unit, m the latency factor (degradation level
-    times pressure inflation); the 1/(1-rho) term is the M/M/1 waiting inflation for an online
-    arrival rate (rho = 0 for batch). p < 1 or rho >= MAX_UTILISATION gives LATENCY_CEILING_MS.
-    """
-    p_safe = np.maximum(p, 1)
-    speedup = amdahl_speedup(f, p_safe)
-    service = tail1_ms * factor / speedup
-    rho = arrival_per_s * (mean1_ms * factor / speedup) / 1000.0
-    ok = (rho < MAX_UTILISATION) & (np.asarray(p) >= 1)
-    return np.where(ok, service / (1.0 - np.minimum(rho, MAX_UTILISATION)), LATENCY_CEILING_MS)
-
-
-def slack_ms(deadline_ms, latency_ms):
-    """Slack D - L(p): positive when the predicted tail meets the deadline."""
-    return deadline_ms - latency_ms
-
-
-def deadline_risk(slack, latency_ms, rel_spread):
-    """Probability-like risk that the target percentile misses the deadline.
-
-    z = slack / (rel_spread * L) measures the slack in units of the predictor's spread;
-    risk = (1 - z / (1 + |z|)) / 2 is 0.5 when the predicted p99 sits on the deadline, tends to 0
-    with growing slack and to 1 with growing lateness (a rational sigmoid: exact in vector form).
-    """
-    spread = np.maximum(rel_spread * latency_ms, 1e-9)
-    z = slack / spread
-    return 0.5 * (1.0 - z / (1.0 + np.abs(z)))
-
-
-def priority_weight(priority):
-    """w = (priority + 1) / 1001 in (0, 1]: even priority 0 values its units a little."""
-    return (priority + 1.0) / 1001.0
-
-
-def batch_gain(weight, speedup_p, speedup_next, speedup_cap):
-    """Batch NMU of unit p+1: w * (S(p+1) - S(p)) / S(cap), weighted normalised throughput."""
-    return weight * (speedup_next - speedup_p) / speedup_cap
-
-
-def combined_cpu_pressure(contention, cpu_disturbance):
-    """Combined CPU pressure: 1 - (1 - contention)(1 - disturbance.cpu), each clipped to [0, 1]."""
-    return 1.0 - (1.0 - np.clip(contention, 0.0, 1.0)) * (1.0 - np.clip(cpu_disturbance, 0.0, 1.0))
-
-
-def pressure_inflation(cpu, gpu, network, gain, uses_gpu, network_bound):
-    """Pressure inflation m = (1 + g*cpu) (1 + g*gpu*[uses GPU]) (1 + g*net*[ONLINE/ROBOT])."""
-    gpu = np.clip(gpu, 0.0, 1.0)
-    network = np.clip(network, 0.0, 1.0)
-    return (
-        (1.0 + gain * cpu) * (1.0 + gain * gpu * uses_gpu) * (1.0 + gain * network * network_bound)
-    )
-
-
-def cpu_pressure(node: NodeState) -> float:
-    return float(combined_cpu_pressure(node.contention, node.disturbance.cpu))
-
-
-def latency_inflation(node: NodeState, gain: float, uses_gpu, network_bound):
-    """pressure_inflation for one node's measured contention and disturbance."""
-    d = node.disturbance
-    return pressure_inflation(cpu_pressure(node), d.gpu, d.network, gain, uses_gpu, network_bound)
-
-
-def service_at_one_unit(
-    stats: ServiceStats | None, base_service_ms: float, f: float, target_percentile: float
-) -> tuple[float, float, float]:
-    """(tail T1, mean M1, relative spread) at one unit, from the predictor or base_service_ms.
-
-    Observed times are rescaled by S(observed_units): T1 = p99 * S(p_obs). The spread is
-    (p99 - mean) / p99, widened by 1/sqrt(count) while few samples back it.
-    """
-    if stats is None or stats.count <= 0:
-        return base_service_ms, base_service_ms, DEFAULT_REL_SPREAD
-    scale = amdahl_speedup(f, max(stats.observed_units, 1))
-    tail = stats.p95_ms if target_percentile <= 95.0 else stats.p99_ms
-    tail = max(tail, stats.mean_ms, 1e-6)
-    rel = max((tail - stats.mean_ms) / tail, MIN_REL_SPREAD) * (1.0 + 1.0 / stats.count**0.5)
-    return tail * scale, max(stats.mean_ms, 1e-6) * scale, min(rel, 1.0)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -204,6 +124,7 @@ class IntentTable:
     seq: np.ndarray
     prev_units: np.ndarray
     prev_since: np.ndarray
+    has_prev: np.ndarray
     level_factor: np.ndarray  # (3,) latency multiplier per degradation level
 
     @property
@@ -275,7 +196,7 @@ def build_table(state: PlanInput, use_predictor: bool = True) -> IntentTable:
         ids = classes = lanes = shares = ladders = preemptible = elastic = ()
     prio, deadline, mn, mx, pref, f, base, arrival, seq = num
     cls = np.fromiter(map(Z_CLASS.get, classes, [BATCH] * n), dtype=np.int8, count=n)
-    f = np.clip(f, 0.0, 1.0)
+    f = np.minimum(np.maximum(f, 0.0), 1.0)
     has_deadline = (cls != BATCH) & (deadline > 0)
     mn = np.maximum(mn, 1)
     cap = np.where(mx > 0, np.minimum(mx, capacity), capacity)
@@ -302,11 +223,13 @@ def build_table(state: PlanInput, use_predictor: bool = True) -> IntentTable:
     ladder = np.array(bits, dtype=bool).reshape(n, 3)
     prev_units = np.zeros(n, dtype=np.int64)
     prev_since = np.zeros(n, dtype=np.int64)
+    has_prev = np.zeros(n, dtype=bool)
     if state.previous:
         for i, d in enumerate(map(state.previous.get, ids)):
             if d is not None:
                 prev_units[i] = d.units
                 prev_since[i] = d.since_tick
+                has_prev[i] = True
     speed = state.config.degradation_speedup
     return IntentTable(
         specs=specs,
@@ -331,6 +254,7 @@ def build_table(state: PlanInput, use_predictor: bool = True) -> IntentTable:
         seq=seq,
         prev_units=prev_units,
         prev_since=prev_since,
+        has_prev=has_prev,
         level_factor=np.array([float(speed.get(lvl, 1.0)) for lvl in DEGRADATION_ORDER]),
     )
 
@@ -354,7 +278,8 @@ def units_to_meet(table: IntentTable, idx: np.ndarray, level: int) -> tuple[np.n
     with np.errstate(divide="ignore", invalid="ignore"):
         p_real = np.where(denom > 0, f / np.where(denom > 0, denom, 1.0), np.inf)
     lo, hi = table.min_units[idx], r.cap
-    p = np.clip(np.ceil(np.minimum(p_real, 1e12)), lo, np.maximum(hi, lo)).astype(np.int64)
+    p = np.minimum(np.maximum(np.ceil(np.minimum(p_real, 1e12)), lo), np.maximum(hi, lo))
+    p = p.astype(np.int64)
     for _ in range(2):
         late = (r.latency(p, lf) > r.deadline) & (p < hi)
         if not late.any():
@@ -367,79 +292,7 @@ def units_to_meet(table: IntentTable, idx: np.ndarray, level: int) -> tuple[np.n
 
 
 # ----------------------------------------------------------------------------------------------
-# Greedy selection of unit increments
-
-
-def select_increments(
-    gains: np.ndarray, rank: np.ndarray, k: np.ndarray, budget: int
-) -> np.ndarray:
-    """Water-filling: pick the `budget` best increments by (gain desc, rank asc, k asc).
-
-    With non-increasing gains per row this equals popping a heap keyed the same way (the greedy),
-    because every row's picks form a prefix. The threshold lambda is the budget-th largest gain;
-    everything above it is taken, ties at lambda in (rank, k) order. Only positive gains count.
-    Returns a boolean mask over the candidates.
-    """
-    chosen = np.zeros(gains.shape, dtype=bool)
-    positive = gains > 0
-    if budget <= 0 or not positive.any():
-        return chosen
-    pos_idx = np.flatnonzero(positive)
-    if pos_idx.size <= budget:
-        chosen[pos_idx] = True
-        return chosen
-    g = gains[pos_idx]
-    lam = -np.partition(-g, budget - 1)[budget - 1]
-    above = pos_idx[g > lam]
-    chosen[above] = True
-    ties = pos_idx[g == lam]
-    need = budget - above.size
-    if need > 0:
-        order = np.lexsort((k[ties], rank[ties]))
-        chosen[ties[order[:need]]] = True
-    return chosen
-
-
-def select_increments_heap(
-    rows: Sequence[Sequence[float]], rank: Sequence[int], budget: int
-) -> list[int]:
-    """Reference greedy (O(U log N)): pop the best next increment of any row, `budget` times."""
-    heap = [(-row[0], rank[r], 0, r) for r, row in enumerate(rows) if len(row) and row[0] > 0]
-    heapq.heapify(heap)
-    taken = [0] * len(rows)
-    for _ in range(max(budget, 0)):
-        if not heap:
-            break
-        _, rk, kk, r = heapq.heappop(heap)
-        taken[r] += 1
-        nxt = kk + 1
-        if nxt < len(rows[r]) and rows[r][nxt] > 0:
-            heapq.heappush(heap, (-rows[r][nxt], rk, nxt, r))
-    return taken
-
-
-IRON_WIDTH = 32  # increments of an S-shaped row that are ironed (the rest keep a running min)
-
-
-def iron_rows(gains: np.ndarray) -> np.ndarray:
-    """Slopes of the least concave majorant of each row's cumulative utility.
-
-    Equivalently the decreasing isotonic regression of the gains:
-    g'_k = min_{i<=k} max_{j>=k} mean(g_i..g_j). -inf entries (past the cap) stay -inf.
-    Vectorised over rows; O(K^2) per row, so callers pass at most IRON_WIDTH columns.
-    """
-    r, width = gains.shape
-    finite = np.isfinite(gains)
-    cum = np.zeros((r, width + 1))
-    cum[:, 1:] = np.cumsum(np.where(finite, gains, 0.0), axis=1)
-    idx = np.arange(width)
-    length = (idx[None, :] - idx[:, None] + 1).astype(np.float64)
-    mean = (cum[:, None, 1:] - cum[:, :width, None]) / np.where(length > 0, length, 1.0)
-    valid = (idx[None, :] >= idx[:, None])[None, :, :] & finite[:, None, :]
-    mean = np.where(valid, mean, -np.inf)
-    best_after = np.maximum.accumulate(mean[:, :, ::-1], axis=2)[:, :, ::-1]
-    best_after = np.where((idx[:, None] <= idx[None, :])[None, :, :], best_after, np.inf)
-    return np.where(finite, best_after.min(axis=1), -np.inf)
+# The marginal-utility phase (selection itself: services/allocator/waterfill.py)
 
 
 def marginal_gains(table: IntentTable, rows: np.ndarray, start: np.ndarray, level: np.ndarray, kk):

@@ -124,6 +124,7 @@ def _table_for(
     values["min_units"] = np.minimum(values["min_units"], np.maximum(cap, 1))
     values["prev_units"] = np.zeros(n, dtype=np.int64)
     values["prev_since"] = np.zeros(n, dtype=np.int64)
+    values["has_prev"] = np.zeros(n, dtype=bool)
     return dmug.IntentTable(**values)
 
 

@@ -26,7 +26,6 @@ from services.allocator.dmug import (
     IntentTable,
     UnitPlan,
     cpu_pressure,
-    select_increments,
 )
 from services.allocator.model import (
     DEGRADATION_ORDER,
@@ -35,6 +34,7 @@ from services.allocator.model import (
     PlanInput,
     PlanResult,
 )
+from services.allocator.waterfill import select_increments
 
 CPU_PERIOD_US = 100_000
 MIN_CPU_QUOTA_US = 1_000  # the kernel's floor for cpu.max
@@ -129,55 +129,55 @@ def gpu_shares(table: IntentTable, plan: UnitPlan, lanes: tuple[LaneCapacity, ..
 
 
 def reasons(table: IntentTable, plan: UnitPlan, policy: str) -> list[str]:
+    """One human-readable reason per intent, from the outcome code and the numbers behind it."""
     out = []
-    specs = table.specs
-    for i, (u, oc, need, lvl, p99) in enumerate(
-        zip(
-            plan.units.tolist(),
-            plan.outcome.tolist(),
-            plan.need.tolist(),
-            plan.level.tolist(),
-            plan.predicted_p99_ms.tolist(),
-            strict=True,
-        )
-    ):
-        d = specs[i].deadline_ms
-        if plan.preempted_units[i] > 0:
-            by = int(plan.preempted_by[i])
-            who = specs[by].name if by >= 0 else "urgent work"
-            out.append(f"preempted: {int(plan.preempted_units[i])} units taken by urgent {who}")
+    names = [s.name for s in table.specs]
+    columns = zip(
+        plan.units.tolist(),
+        plan.outcome.tolist(),
+        plan.need.tolist(),
+        plan.level.tolist(),
+        plan.predicted_p99_ms.tolist(),
+        table.deadline.tolist(),
+        table.cap.tolist(),
+        plan.preempted_units.tolist(),
+        plan.preempted_by.tolist(),
+        plan.free_at_ask.tolist(),
+        table.has_deadline.tolist(),
+        strict=True,
+    )
+    nmu = plan.nmu.tolist()
+    min_units = table.min_units.tolist()
+    for i, (u, oc, need, lvl, p99, d, cap, lost, by, free, dl) in enumerate(columns):
+        if lost > 0:
+            who = names[by] if by >= 0 else "work"
+            out.append(f"preempted: {lost} units taken by urgent {who}")
         elif oc == MET:
             extra = f"; +{u - need} from marginal-utility phase" if u > need else ""
             out.append(f"deadline phase: {need} units meet {d:g} ms (pred p99 {p99:.1f} ms){extra}")
         elif oc == MET_DEGRADED:
             lv = DEGRADATION_ORDER[lvl]
             out.append(
-                f"degraded to {lv}: {d:g} ms unreachable at {int(table.cap[i])} units at NORMAL; "
+                f"degraded to {lv}: {d:g} ms unreachable at {cap} units at NORMAL; "
                 f"{u} units meet it at {lv} (pred p99 {p99:.1f} ms)"
             )
         elif oc == UNREACHABLE:
             out.append(
-                f"at risk: {d:g} ms unreachable even at {int(table.cap[i])} units "
+                f"at risk: {d:g} ms unreachable even at {cap} units "
                 f"({DEGRADATION_ORDER[lvl]}); running {u} units (pred p99 {p99:.1f} ms)"
             )
         elif oc == SHORT:
-            out.append(
-                f"at risk: needs {need} units for {d:g} ms, {int(plan.free_at_ask[i])} free; "
-                f"running {u}"
-            )
+            out.append(f"at risk: needs {need} units for {d:g} ms, {free} free; running {u}")
         elif oc == NOT_ADMITTED or u == 0:
-            out.append(
-                f"not admitted: needs {int(table.min_units[i])} units, "
-                f"{int(plan.free_at_ask[i])} free"
-            )
+            out.append(f"not admitted: needs {min_units[i]} units, {free} free")
         elif oc == FIXED:
             out.append(f"{policy}: holds {u} units from its first allocation")
         elif oc == WAS_PREEMPTED:
             out.append("preempted by urgent work")
-        elif oc == BATCH_ADMITTED and table.has_deadline[i]:
+        elif oc == BATCH_ADMITTED and dl:
             out.append(f"{policy}: {u} units (pred p99 {p99:.1f} ms for {d:g} ms)")
         else:
-            out.append(f"{policy}: {u} units (next-unit nmu {plan.nmu[i]:.3g})")
+            out.append(f"{policy}: {u} units (next-unit nmu {nmu[i]:.3g})")
     return out
 
 
@@ -212,9 +212,11 @@ def decide(
         ).astype(int)
         c = len(node.cpu_ids) or capacity
         quota = np.maximum(np.rint(units * c / max(capacity, 1) * CPU_PERIOD_US), MIN_CPU_QUOTA_US)
+        uncapped = (deadline & running).tolist()
+        memo: dict[int, str] = {}
         cpu_max = [
-            "max" if deadline[i] and running[i] else f"{int(q)} {CPU_PERIOD_US}"
-            for i, q in enumerate(quota.tolist())
+            "max" if free_run else memo.get(q) or memo.setdefault(q, f"{q} {CPU_PERIOD_US}")
+            for free_run, q in zip(uncapped, quota.astype(np.int64).tolist(), strict=True)
         ]
         nice_l, sched_l, weight_l = nice.tolist(), sched.tolist(), weight.tolist()
     else:
@@ -242,18 +244,13 @@ def decide(
         lane_of, gidx, share_l = [""] * n, [()] * n, [0.0] * n
         prio_l, conc = [0] * n, [0] * n
 
-    prev = state.previous
-    since = [state.tick] * n
-    if prev:
-        for i, s in enumerate(table.specs):
-            d = prev.get(s.id)
-            if d is not None and d.units == units[i]:
-                since[i] = d.since_tick
+    same = table.has_prev & (table.prev_units == units)
+    since = np.where(same, table.prev_since, state.tick).tolist()
     level_names = [DEGRADATION_ORDER[v] for v in plan.level.tolist()]
     decisions = tuple(
         map(
             Decision,
-            [s.id for s in table.specs],
+            list(table.ids),
             units.tolist(),
             level_names,
             plan.predicted_p99_ms.tolist(),

@@ -1,0 +1,108 @@
+"""The D-MUG formulas: Amdahl speedup, predicted tail latency, slack, deadline risk, marginal utility.
+
+Arguments are floats or numpy arrays and results broadcast. Only + - * /, min/max and
+comparisons are used, so a value computed for one intent alone and the same value computed in a
+10,000-row matrix are bit-identical (the water-filling fast path relies on it to equal the heap
+greedy exactly). docs/algorithm.md derives each one.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from services.allocator.model import NodeState, ServiceStats
+
+LATENCY_CEILING_MS = 1e9  # "never": an overloaded queue or a missing unit
+MAX_UTILISATION = 0.999  # queueing model cut-off: above it the queue does not drain
+DEFAULT_REL_SPREAD = 0.25  # spread of the p99 estimate with no observations (relative)
+MIN_REL_SPREAD = 0.05
+
+
+def amdahl_speedup(f, p):
+    """S(p) = 1 / ((1 - f) + f / p), p >= 1."""
+    return 1.0 / ((1.0 - f) + f / p)
+
+
+def predicted_latency_ms(tail1_ms, mean1_ms, f, p, arrival_per_s, factor):
+    """Predicted tail latency at p units: L(p) = T1*m / S(p) / (1 - rho), rho = lambda*M1*m/S(p).
+
+    T1/M1 are the tail and mean service time at one unit, m the latency factor (degradation level
+    times pressure inflation); the 1/(1-rho) term is the M/M/1 waiting inflation for an online
+    arrival rate (rho = 0 for batch). p < 1 or rho >= MAX_UTILISATION gives LATENCY_CEILING_MS.
+    """
+    p_safe = np.maximum(p, 1)
+    speedup = amdahl_speedup(f, p_safe)
+    service = tail1_ms * factor / speedup
+    rho = arrival_per_s * (mean1_ms * factor / speedup) / 1000.0
+    ok = (rho < MAX_UTILISATION) & (p_safe == p)
+    return np.where(ok, service / (1.0 - np.minimum(rho, MAX_UTILISATION)), LATENCY_CEILING_MS)
+
+
+def slack_ms(deadline_ms, latency_ms):
+    """Slack D - L(p): positive when the predicted tail meets the deadline."""
+    return deadline_ms - latency_ms
+
+
+def deadline_risk(slack, latency_ms, rel_spread):
+    """Probability-like risk that the target percentile misses the deadline.
+
+    z = slack / (rel_spread * L) measures the slack in units of the predictor's spread;
+    risk = (1 - z / (1 + |z|)) / 2 is 0.5 when the predicted p99 sits on the deadline, tends to 0
+    with growing slack and to 1 with growing lateness (a rational sigmoid: exact in vector form).
+    """
+    spread = np.maximum(rel_spread * latency_ms, 1e-9)
+    z = slack / spread
+    return 0.5 * (1.0 - z / (1.0 + np.abs(z)))
+
+
+def priority_weight(priority):
+    """w = (priority + 1) / 1001 in (0, 1]: even priority 0 values its units a little."""
+    return (priority + 1.0) / 1001.0
+
+
+def batch_gain(weight, speedup_p, speedup_next, speedup_cap):
+    """Batch NMU of unit p+1: w * (S(p+1) - S(p)) / S(cap), weighted normalised throughput."""
+    return weight * (speedup_next - speedup_p) / speedup_cap
+
+
+def combined_cpu_pressure(contention, cpu_disturbance):
+    """Combined CPU pressure: 1 - (1 - contention)(1 - disturbance.cpu), each clipped to [0, 1]."""
+    c = np.minimum(np.maximum(contention, 0.0), 1.0)
+    d = np.minimum(np.maximum(cpu_disturbance, 0.0), 1.0)
+    return 1.0 - (1.0 - c) * (1.0 - d)
+
+
+def pressure_inflation(cpu, gpu, network, gain, uses_gpu, network_bound):
+    """Pressure inflation m = (1 + g*cpu) (1 + g*gpu*[uses GPU]) (1 + g*net*[ONLINE/ROBOT])."""
+    gpu = np.minimum(np.maximum(gpu, 0.0), 1.0)
+    network = np.minimum(np.maximum(network, 0.0), 1.0)
+    return (
+        (1.0 + gain * cpu) * (1.0 + gain * gpu * uses_gpu) * (1.0 + gain * network * network_bound)
+    )
+
+
+def cpu_pressure(node: NodeState) -> float:
+    return float(combined_cpu_pressure(node.contention, node.disturbance.cpu))
+
+
+def latency_inflation(node: NodeState, gain: float, uses_gpu, network_bound):
+    """pressure_inflation for one node's measured contention and disturbance."""
+    d = node.disturbance
+    return pressure_inflation(cpu_pressure(node), d.gpu, d.network, gain, uses_gpu, network_bound)
+
+
+def service_at_one_unit(
+    stats: ServiceStats | None, base_service_ms: float, f: float, target_percentile: float
+) -> tuple[float, float, float]:
+    """(tail T1, mean M1, relative spread) at one unit, from the predictor or base_service_ms.
+
+    Observed times are rescaled by S(observed_units): T1 = p99 * S(p_obs). The spread is
+    (p99 - mean) / p99, widened by 1/sqrt(count) while few samples back it.
+    """
+    if stats is None or stats.count <= 0:
+        return base_service_ms, base_service_ms, DEFAULT_REL_SPREAD
+    scale = amdahl_speedup(f, max(stats.observed_units, 1))
+    tail = stats.p95_ms if target_percentile <= 95.0 else stats.p99_ms
+    tail = max(tail, stats.mean_ms, 1e-6)
+    rel = max((tail - stats.mean_ms) / tail, MIN_REL_SPREAD) * (1.0 + 1.0 / stats.count**0.5)
+    return tail * scale, max(stats.mean_ms, 1e-6) * scale, min(rel, 1.0)
