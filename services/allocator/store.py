@@ -37,6 +37,7 @@ log = logging.getLogger(__name__)
 
 SYNCHRONOUS_LEVELS = ("normal", "full")
 MAX_BATCH = 256
+STRAND_GUARD_S = 0.5
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS intents (
@@ -205,23 +206,35 @@ class IntentStore:
     def _run(self, op: _Op) -> object:
         """Group commit without a writer thread: the caller that finds no commit running leads,
         committing every op queued so far in one transaction; callers that arrive meanwhile
-        queue up and are committed by the leader's next round (or lead the next group)."""
+        queue up and wait, and are committed by the leader's next round.
+
+        No op is stranded: a caller queues *before* trying to lead, and a leader looks at the
+        queue again *after* releasing, so an op queued while a leader held the lock is either
+        in that leader's drain, seen by its re-check, or led by its own caller."""
         if self._closed:
             raise FailedPrecondition("intent store is closed")
         self._ops.append(op)
         while not op.future.done():
-            if self._leader.acquire(blocking=False):
-                try:
-                    self._drain()
-                finally:
-                    self._leader.release()
-            else:
-                try:
-                    # The leader resolves this op, or releases and this caller leads next.
-                    op.future.result(timeout=0.002)
-                except FutureTimeout:
-                    pass
+            if self._lead():
+                continue
+            try:
+                op.future.result(timeout=STRAND_GUARD_S)
+            except FutureTimeout:
+                pass  # belt and braces: re-check and lead if nobody did
+            except Exception:
+                break
         return op.future.result()
+
+    def _lead(self) -> bool:
+        """Commit queued ops while there are any and nobody else is committing them."""
+        led = False
+        while self._ops and self._leader.acquire(blocking=False):
+            led = True
+            try:
+                self._drain()
+            finally:
+                self._leader.release()
+        return led
 
     def _drain(self) -> None:
         while self._ops:
