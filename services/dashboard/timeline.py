@@ -154,7 +154,7 @@ class Timeline:
         start = now - seconds
         with self._lock:
             samples = [s for s in self.samples if s.t >= start]
-            events = [e for e in self.events if e.t >= start]
+            events = sorted((e for e in self.events if e.t >= start), key=lambda e: e.t)
             spans = sorted(self.robot, key=lambda s: s.start)
         visible = [s for s in spans if s.start >= start]
         earlier = [s for s in spans if s.start < start]
