@@ -77,3 +77,8 @@ def test_invalid_submit_reports_the_field(
         "InvalidArgument" in out.stderr
         and "intent.slo.deadline_ms: required for ONLINE" in out.stderr
     )
+
+
+def test_intent_spec_shows_the_same_command() -> None:
+    text = (ROOT / "docs" / "intent-spec.md").read_text()
+    assert README_SUBMIT in text.splitlines()
