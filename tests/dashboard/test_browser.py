@@ -89,13 +89,8 @@ def _wait(predicate: Any, timeout_s: float, what: str) -> None:
         time.sleep(0.2)
 
 
-def _live_workers(page: Any) -> dict[str, str]:
-    cells = page.locator("#allocation-table tbody tr[data-intent]")
-    out = {}
-    for i in range(cells.count()):
-        row = cells.nth(i)
-        out[row.get_attribute("data-intent")] = row.locator("[data-col=workers]").inner_text()
-    return out
+def _percent(text: str) -> float:
+    return float(text.strip().rstrip("%"))
 
 
 def test_guided_demo_what_if_and_a_stopped_service_in_a_real_browser(
@@ -114,7 +109,9 @@ def test_guided_demo_what_if_and_a_stopped_service_in_a_real_browser(
     seeded = page.locator("#allocation-table tr[data-intent]").count()
 
     # what-if: the preview follows the sliders; the live plan and the node do not
-    live_before = _live_workers(page)
+    live_intents = set(page.locator("#allocation-table tr[data-intent]").evaluate_all(
+        "rows => rows.map(r => r.dataset.intent)"
+    ))  # fmt: skip
     cpu = page.locator("#whatif-form input[name=cpu]")
     cpu.focus()
     page.keyboard.press("End")  # slider to 1.0, like a user would
@@ -131,7 +128,28 @@ def test_guided_demo_what_if_and_a_stopped_service_in_a_real_browser(
         )
     assert tel.telemetry.disturbance_remaining_s == 0  # the preview injected nothing
     assert page.locator("#active-disturbance").count() == 0
-    assert _live_workers(page) == live_before or set(_live_workers(page)) == set(live_before)
+    preview_contention = _percent(page.locator("#preview-contention").inner_text())
+    live_contention = _percent(page.locator("#cockpit [data-kpi=contention] .value").inner_text())
+    assert live_contention < preview_contention  # the live plan never saw the what-if storm
+    assert page.locator("#active-policy").inner_text() == "parfusion"
+    rows = page.locator("#allocation-table tr[data-intent]")
+    assert set(rows.evaluate_all("rows => rows.map(r => r.dataset.intent)")) == live_intents
+
+    # polling pauses while the tab is hidden and resumes when it is visible again
+    partials: list[str] = []
+    page.on("request", lambda r: partials.append(r.url) if "/partials/" in r.url else None)
+    page.evaluate(
+        "Object.defineProperty(document, 'visibilityState', {value: 'hidden', configurable: true})"
+    )
+    time.sleep(0.5)
+    partials.clear()
+    time.sleep(2.5)
+    assert partials == [], partials
+    page.evaluate(
+        "Object.defineProperty(document, 'visibilityState', {value: 'visible', configurable: true});"
+        "document.dispatchEvent(new Event('visibilitychange'))"
+    )
+    _wait(lambda: len(partials) >= 5, 5, "polling to resume")
     page.screenshot(path=str(SHOTS / "what-if.png"), full_page=True)
 
     # guided demo: captions advance through the five stages, policy follows, table fills
