@@ -21,9 +21,12 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+import numpy as np
+
 from services.allocator.model import DmugConfig, IntentSpec, LaneCapacity, NodeState
 from services.allocator.placement import NodeView, view_of
 
+from .columns import NodeColumns
 from .protocol import NodeHead
 
 LANE_LABEL = "parfusion.io/lane-"
@@ -143,17 +146,24 @@ class ClusterView:
     _placed: dict[str, dict[str, IntentSpec]] = field(default_factory=dict)
     _merged: dict[str, NodeRecord] = field(default_factory=dict)
     bindings: list[Binding] = field(default_factory=list)
+    columns: NodeColumns = field(default_factory=NodeColumns)
+    _versions: dict[str, str] = field(default_factory=dict)  # name -> Node resourceVersion
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     # --- writers ---------------------------------------------------------------------------
 
-    def learn(self, heads: Iterable[NodeHead], source: str = "request") -> list[NodeRecord]:
-        """Records for these node objects (returned in order), remembered for NodeNames calls."""
-        out = []
+    def learn(self, heads: Iterable[NodeHead], source: str = "request") -> None:
+        """Remember these node objects (for NodeNames calls too). A node whose resourceVersion
+        is the one already seen is skipped: kube-scheduler resends unchanged nodes every cycle."""
+        versions = self._versions
         changed = []
         for head in heads:
+            meta = head.metadata
+            if meta.resourceVersion and versions.get(meta.name) == meta.resourceVersion:
+                continue
             rec = record_from_head(head, source)
             old = self._objects.get(rec.name)
+            versions[rec.name] = meta.resourceVersion
             if (
                 old is None
                 or old.cpu_units != rec.cpu_units
@@ -161,13 +171,11 @@ class ClusterView:
                 or old.schedulable != rec.schedulable
             ):
                 changed.append(rec)
-            out.append(rec)
         if changed:
             with self._lock:
                 for rec in changed:
                     self._objects[rec.name] = rec
                     self._merge(rec.name)
-        return [self._merged.get(r.name, r) for r in out]
 
     def set_telemetry(self, reports: Sequence[NodeTelemetry]) -> None:
         with self._lock:
@@ -199,6 +207,7 @@ class ClusterView:
         placed = tuple(self._placed.get(name, {}).values())
         if obj is None and tel is None:
             self._merged.pop(name, None)
+            self.columns.drop(name)
             return
         rec = obj or NodeRecord(
             name=name, cpu_units=tel.cpu_units if tel else 0, source="telemetry"
@@ -219,7 +228,10 @@ class ClusterView:
             if intent.gpu_share > 0 and intent.gpu_lane in free:
                 free[intent.gpu_lane] -= intent.gpu_share * SHARE_UNITS_PER_GPU
         rec = replace(rec, residents=residents, free_lane_units=free)
-        self._merged[name] = replace(rec, placement=view_of(rec.state, residents, {}, self.dmug))
+        if self.derive_placement:
+            rec = replace(rec, placement=view_of(rec.state, residents, {}, self.dmug))
+        self._merged[name] = rec
+        self.columns.put(rec)
 
     # --- readers ---------------------------------------------------------------------------
 
@@ -230,10 +242,8 @@ class ClusterView:
         merged = self._merged
         return [merged.get(n) for n in names]
 
-    def resolve(self, records: Sequence[NodeRecord]) -> list[NodeRecord]:
-        """The merged (telemetry-enriched) record for each record learned from a request."""
-        merged = self._merged
-        return [merged.get(r.name, r) for r in records]
+    def rows_of(self, names: Sequence[str]) -> np.ndarray:
+        return self.columns.rows_of(names)
 
     def __len__(self) -> int:
         return len(self._merged)

@@ -19,10 +19,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from services.allocator import placement
 from services.allocator.model import DmugConfig, IntentSpec
 
-from .nodeview import SHARE_UNITS_PER_GPU, NodeRecord
+from .columns import NodeColumns
+from .nodeview import SHARE_UNITS_PER_GPU
 
 OK, FAILED, UNRESOLVABLE = 0, 1, 2
 UNRESOLVABLE_CODES = frozenset({placement.NO_LANE, placement.UNREACHABLE})
@@ -50,78 +53,131 @@ class NodeDecision:
     units: int = 0
 
 
-def _lane_check(intent: IntentSpec, rec: NodeRecord) -> tuple[int, str, str]:
-    """(outcome, lane, reason) for the intent's GPU share on this node."""
-    need = intent.gpu_share * SHARE_UNITS_PER_GPU
-    free_by_lane = rec.free_lane_units
-    if intent.gpu_lane:
-        free = free_by_lane.get(intent.gpu_lane)
-        if free is None:
-            return UNRESOLVABLE, "", f"GPU lane {intent.gpu_lane} not present on {rec.name}"
-        if free + 1e-9 < need:
-            return (
-                FAILED,
-                "",
-                f"GPU lane {intent.gpu_lane} has {max(free, 0):.0f} share units free, needs {need:.0f}",
-            )
-        return OK, intent.gpu_lane, ""
-    if not free_by_lane:
-        return UNRESOLVABLE, "", f"no GPU lane with GPUs present on {rec.name}"
-    lane, free = max(free_by_lane.items(), key=lambda kv: (kv[1], kv[0]))
-    if free + 1e-9 < need:
-        return FAILED, "", f"no GPU lane has {need:.0f} share units free (best {max(free, 0):.0f})"
-    return OK, lane, ""
+@dataclass
+class Verdicts:
+    """Decisions for one pod's candidates, as columns; reasons are shared strings by index (so
+    kube-scheduler can group identical ones in its "0/N nodes are available" message)."""
+
+    outcome: np.ndarray  # OK, FAILED, UNRESOLVABLE per candidate
+    score: np.ndarray  # 0..10, 0 unless OK
+    reason: np.ndarray  # index into reasons, -1 when OK
+    reasons: list[str]
+    lane: np.ndarray  # index into lanes, -1 when no GPU share
+    lanes: list[str]
+    slack_ms: np.ndarray
+    deadline_risk: np.ndarray
+    units: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.outcome)
+
+    def at(self, i: int, name: str = "") -> NodeDecision:
+        r = int(self.reason[i])
+        lane = int(self.lane[i])
+        return NodeDecision(
+            name=name,
+            outcome=int(self.outcome[i]),
+            reason=self.reasons[r] if r >= 0 else "",
+            score=int(self.score[i]),
+            lane=self.lanes[lane] if lane >= 0 else "",
+            slack_ms=float(self.slack_ms[i]),
+            deadline_risk=float(self.deadline_risk[i]),
+            units=int(self.units[i]),
+        )
+
+    def failures(self, names: Sequence[str], outcome: int) -> dict[str, str]:
+        reasons = self.reasons
+        picked = np.flatnonzero(self.outcome == outcome).tolist()
+        codes = self.reason[picked].tolist()
+        return {names[i]: reasons[c] for i, c in zip(picked, codes, strict=True)}
 
 
 def decide(
-    intent: IntentSpec, records: Sequence[NodeRecord | None], config: ScoringConfig
-) -> list[NodeDecision]:
-    """One decision per candidate, in order."""
-    out: list[NodeDecision | None] = [None] * len(records)
-    where: list[int] = []
-    views: list[placement.NodeView] = []
+    intent: IntentSpec, rows: np.ndarray, columns: NodeColumns, config: ScoringConfig
+) -> Verdicts:
+    """One verdict per candidate row (-1 = a node the view does not know), in order."""
+    n = len(rows)
+    reasons = [UNKNOWN_NODE]
+    outcome = np.full(n, FAILED, dtype=np.int8)
+    reason = np.zeros(n, dtype=np.int64)
+    lane = np.full(n, -1, dtype=np.int64)
+    score = np.zeros(n, dtype=np.int64)
+    slack = np.zeros(n)
+    risk = np.zeros(n)
+    units = np.zeros(n, dtype=np.int64)
     lanes: list[str] = []
-    wants_gpu = intent.gpu_share > 0
-    min_units = intent.min_units
-    for i, rec in enumerate(records):
-        if rec is None or rec.placement is None:
-            out[i] = NodeDecision("", FAILED, UNKNOWN_NODE, 0)
-            continue
-        if rec.cpu_units < min_units:
-            out[i] = NodeDecision(
-                rec.name,
-                UNRESOLVABLE,
-                f"needs {min_units} CPU units, {rec.name} has {rec.cpu_units} in all",
-                0,
-            )
-            continue
-        lane = ""
-        if wants_gpu:
-            outcome, lane, reason = _lane_check(intent, rec)
-            if outcome != OK:
-                out[i] = NodeDecision(rec.name, outcome, reason, 0)
-                continue
-        where.append(i)
-        views.append(rec.placement)
-        lanes.append(lane)
-    if views:
-        s = placement.score_nodes_arrays(intent, views, None, config.dmug)
-        fits = s.fits.tolist()
-        codes = s.reason_code.tolist()
-        scores = s.score.tolist()
-        units = s.units.tolist()
-        slack = s.slack_ms.tolist()
-        risk = s.deadline_risk.tolist()
-        for j, i in enumerate(where):
-            name = views[j].name
-            if fits[j]:
-                out[i] = NodeDecision(
-                    name, OK, "", scores[j], lanes[j], slack[j], risk[j], units[j]
-                )
+    r = np.where(rows >= 0, rows, 0)
+    cpu = columns.cpu_units[r]
+    klass = columns.klass[r]
+    alive = (rows >= 0) & (cpu >= 0) & (klass >= 0)
+
+    def refuse(mask: np.ndarray, code: int, text: str) -> None:
+        nonlocal alive
+        if mask.any():
+            outcome[mask] = code
+            reason[mask] = len(reasons)
+            reasons.append(text)
+            alive = alive & ~mask
+
+    refuse(
+        alive & (cpu < intent.min_units),
+        UNRESOLVABLE,
+        f"node has fewer than the intent's {intent.min_units} CPU units in all",
+    )
+    if intent.gpu_share > 0 and alive.any():
+        need = intent.gpu_share * SHARE_UNITS_PER_GPU
+        if intent.gpu_lane:
+            lanes = [intent.gpu_lane]
+            column = columns.lane_free.get(intent.gpu_lane)
+            free = column[r] if column is not None else np.full(n, np.nan)
+            best = np.zeros(n, dtype=np.int64)
+            what = f"GPU lane {intent.gpu_lane}"
+        else:
+            lanes = sorted(columns.lane_free)
+            if lanes:
+                stacked = np.vstack([columns.lane_free[name][r] for name in lanes])
+                filled = np.where(np.isnan(stacked), -np.inf, stacked)
+                best = filled.argmax(axis=0)
+                free = filled.max(axis=0)
+                free = np.where(np.isinf(free), np.nan, free)
             else:
-                reason = placement._reason(
-                    codes[j], intent, views[j], units[j], int(s.level[j]), s, j
+                free, best = np.full(n, np.nan), np.zeros(n, dtype=np.int64)
+            what = "any GPU lane"
+        absent = alive & np.isnan(free)
+        refuse(absent, UNRESOLVABLE, f"{what} not present on node")
+        refuse(
+            alive & (free + 1e-9 < need),
+            FAILED,
+            f"{what} has fewer than the {need:.0f} share units the intent needs free",
+        )
+        lane = np.where(alive, best, -1)
+    where = np.flatnonzero(alive)
+    if len(where):
+        classes, inverse = np.unique(klass[where], return_inverse=True)
+        views = [columns.class_views[k] for k in classes.tolist()]
+        s = placement.score_nodes_arrays(intent, views, None, config.dmug)
+        fits = s.fits[inverse]
+        ok = where[fits]
+        outcome[ok] = OK
+        reason[ok] = -1
+        score[ok] = s.score[inverse][fits]
+        slack[where] = s.slack_ms[inverse]
+        risk[where] = s.deadline_risk[inverse]
+        units[where] = s.units[inverse]
+        if not fits.all():
+            class_reason = np.full(len(classes), -1, dtype=np.int64)
+            for j in np.flatnonzero(~s.fits).tolist():
+                class_reason[j] = len(reasons)
+                code = int(s.reason_code[j])
+                reasons.append(
+                    placement._reason(
+                        code, intent, views[j], int(s.units[j]), int(s.level[j]), s, j
+                    )
                 )
-                outcome = UNRESOLVABLE if codes[j] in UNRESOLVABLE_CODES else FAILED
-                out[i] = NodeDecision(name, outcome, reason, 0, lanes[j], slack[j], risk[j])
-    return [d for d in out if d is not None]
+            bad = where[~fits]
+            bad_codes = s.reason_code[inverse][~fits]
+            outcome[bad] = np.where(
+                np.isin(bad_codes, list(UNRESOLVABLE_CODES)), UNRESOLVABLE, FAILED
+            )
+            reason[bad] = class_reason[inverse][~fits]
+    return Verdicts(outcome, score, reason, reasons, lane, lanes, slack, risk, units)

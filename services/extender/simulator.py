@@ -67,14 +67,14 @@ def run_arm(
         idx = res.feasible_candidates(pod.cpu_m, pod.mem)
         spec = pod.intent.spec
         asks = use_extender and pod.intent.present
-        records = None
+        rows = None
         if asks and len(idx):
             candidates = [names[i] for i in idx]
-            records = view.lookup(candidates)
-            outcome = ext.filter_records(pod.intent, candidates, records)
+            rows = view.rows_of(candidates)
+            outcome = ext.filter_rows(pod.intent, candidates, rows)
             out.extender_calls += 1
             idx = idx[outcome.kept]
-            records = [records[i] for i in outcome.kept]
+            rows = rows[outcome.kept]
         if not len(idx):
             out.pending.append(pod.name)
             if progress is not None:
@@ -84,8 +84,8 @@ def run_arm(
             pick = 0
         else:
             total = res.scores(idx, pod.cpu_m, pod.mem)
-            if asks and records is not None:
-                ext_scores = np.array(ext.prioritize_records(pod.intent, records))
+            if asks and rows is not None:
+                ext_scores = np.array(ext.prioritize_rows(pod.intent, rows))
                 total = total + extender_contribution(ext_scores, EXTENDER_WEIGHT)
                 out.extender_calls += 1
             pick = select_host(total, rng)

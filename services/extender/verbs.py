@@ -1,7 +1,7 @@
 """The extender verbs as plain calls: filter, prioritize, bind, preempt.
 
 The HTTP app decodes a request, calls one of these and writes the reply; the cluster simulator
-calls :meth:`Extender.filter_records` / :meth:`Extender.prioritize_records` in-process on the
+calls :meth:`Extender.filter_rows` / :meth:`Extender.prioritize_rows` in-process on the
 same node records, so both run exactly the same decisions.
 
 Contract with kube-scheduler: a pod without an intent passes /filter untouched and scores 0 on
@@ -21,15 +21,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+import numpy as np
+
 from services.allocator.model import IntentSpec
 
 from . import protocol
 from .kubeapi import KubeApi, api_error_message
 from .metrics import ExtenderMetrics
-from .nodeview import Binding, ClusterView, NodeRecord
+from .nodeview import Binding, ClusterView
 from .podintent import NO_INTENT, PodIntent, pod_intent
 from .protocol import ExtenderArgs, ExtenderBindingArgs, ExtenderPreemptionArgs
-from .scoring import OK, UNRESOLVABLE, NodeDecision, ScoringConfig, decide
+from .scoring import FAILED, OK, UNRESOLVABLE, NodeDecision, ScoringConfig, decide
 
 log = logging.getLogger(__name__)
 
@@ -62,11 +64,6 @@ class Extender:
         self._pods: OrderedDict[str, IntentSpec] = OrderedDict()  # uid or ns/name -> intent
         self._pod_cache_size = pod_cache_size
         self._bind_lock = threading.Lock()
-        # kube-scheduler sends /prioritize right after /filter for the same pod and nodes: the
-        # last pod's decisions are reused for records that have not changed (records are
-        # immutable; any change replaces the object).
-        self._memo_spec: IntentSpec | None = None
-        self._memo: dict[str, tuple[NodeRecord, NodeDecision]] = {}
 
     @property
     def bind_mode(self) -> str:
@@ -90,10 +87,11 @@ class Extender:
         while len(self._pods) > self._pod_cache_size:
             self._pods.popitem(last=False)
 
-    def records(self, args: ExtenderArgs) -> list[NodeRecord | None]:
+    def rows(self, args: ExtenderArgs) -> np.ndarray:
+        """The candidates' rows in the node view; a NodeList teaches the view its nodes first."""
         if args.nodes is not None:
-            return list(self.view.learn(args.heads))
-        return self.view.lookup(args.node_names or [])
+            self.view.learn(args.heads)
+        return self.view.rows_of(args.candidate_names())
 
     # --- filter -----------------------------------------------------------------------------
 
@@ -101,33 +99,32 @@ class Extender:
         names = args.candidate_names()
         found = self._intent(args.pod, "filter")
         if not found.present:
+            if args.nodes is not None:
+                self.view.learn(args.heads)  # NodeNames calls may need them later
             self.metrics.filter_nodes.labels("passthrough").inc(len(names))
             kept: list[int] | list[str] = (
                 list(range(len(names))) if args.nodes is not None else names
             )
             return protocol.encode_filter_result(args, kept, {}, {})
-        outcome = self.filter_records(found, names, self.records(args))
+        outcome = self.filter_rows(found, names, self.rows(args))
         self._note("filter", args.pod, found, len(names), outcome)
-        kept = outcome.kept if args.nodes is not None else [names[i] for i in outcome.kept]
+        kept = (
+            outcome.kept if args.nodes is not None else list(map(names.__getitem__, outcome.kept))
+        )
         return protocol.encode_filter_result(args, kept, outcome.failed, outcome.unresolvable)
 
-    def filter_records(
-        self, found: PodIntent, names: Sequence[str], records: Sequence[NodeRecord | None]
+    def filter_rows(
+        self, found: PodIntent, names: Sequence[str], rows: np.ndarray
     ) -> FilterOutcome:
         if found.spec is None:
             if not found.present:
                 return FilterOutcome(list(range(len(names))), {}, {}, found)
             self.metrics.filter_nodes.labels("unresolvable").inc(len(names))
             return FilterOutcome([], {}, {n: found.error for n in names}, found)
-        decisions = self.decisions(found.spec, records)
-        kept, failed, unresolvable = [], {}, {}
-        for i, (name, d) in enumerate(zip(names, decisions, strict=True)):
-            if d.outcome == OK:
-                kept.append(i)
-            elif d.outcome == UNRESOLVABLE:
-                unresolvable[name] = d.reason
-            else:
-                failed[name] = d.reason
+        verdicts = decide(found.spec, rows, self.view.columns, self.config)
+        kept = np.flatnonzero(verdicts.outcome == OK).tolist()
+        failed = verdicts.failures(names, FAILED)
+        unresolvable = verdicts.failures(names, UNRESOLVABLE)
         m = self.metrics.filter_nodes
         m.labels("kept").inc(len(kept))
         m.labels("failed").inc(len(failed))
@@ -139,44 +136,22 @@ class Extender:
     def prioritize(self, args: ExtenderArgs) -> bytes:
         names = args.candidate_names()
         found = self._intent(args.pod, "prioritize")
-        scores = self.prioritize_records(
-            found, self.records(args) if found.spec else [None] * len(names)
-        )
-        return protocol.encode_host_priorities(list(zip(names, scores, strict=True)))
-
-    def prioritize_records(
-        self, found: PodIntent, records: Sequence[NodeRecord | None]
-    ) -> list[int]:
+        if args.nodes is not None:
+            self.view.learn(args.heads)
+        entry = self.view.columns.candidates(names)
         if found.spec is None:
-            return [protocol.MIN_EXTENDER_PRIORITY] * len(records)
-        return [
-            d.score if d.outcome == OK else protocol.MIN_EXTENDER_PRIORITY
-            for d in self.decisions(found.spec, records)
-        ]
+            scores = [protocol.MIN_EXTENDER_PRIORITY] * len(names)
+        else:
+            scores = self.prioritize_rows(found, entry.rows)
+        if entry.host_heads is None:
+            entry.host_heads = protocol.host_heads(names)
+        return protocol.encode_host_priorities(names, scores, entry.host_heads)
 
-    def decisions(
-        self, spec: IntentSpec, records: Sequence[NodeRecord | None]
-    ) -> list[NodeDecision]:
-        if self._memo_spec is not spec and self._memo_spec != spec:
-            self._memo = {}
-            self._memo_spec = spec
-        memo = self._memo
-        out: list[NodeDecision | None] = [None] * len(records)
-        todo: list[int] = []
-        for i, rec in enumerate(records):
-            hit = memo.get(rec.name) if rec is not None else None
-            if hit is not None and hit[0] is rec:
-                out[i] = hit[1]
-            else:
-                todo.append(i)
-        if todo:
-            fresh = decide(spec, [records[i] for i in todo], self.config)
-            for i, d in zip(todo, fresh, strict=True):
-                out[i] = d
-                rec = records[i]
-                if rec is not None:
-                    memo[rec.name] = (rec, d)
-        return out  # type: ignore[return-value]
+    def prioritize_rows(self, found: PodIntent, rows: np.ndarray) -> list[int]:
+        if found.spec is None:
+            return [protocol.MIN_EXTENDER_PRIORITY] * len(rows)
+        verdicts = decide(found.spec, rows, self.view.columns, self.config)
+        return np.where(verdicts.outcome == OK, verdicts.score, 0).tolist()
 
     # --- bind -------------------------------------------------------------------------------
 
@@ -220,7 +195,7 @@ class Extender:
         return protocol.encode_binding_result("")
 
     def check_node(self, spec: IntentSpec, node: str) -> NodeDecision:
-        return decide(spec, [self.view.get(node)], self.config)[0]
+        return decide(spec, self.view.rows_of([node]), self.view.columns, self.config).at(0, node)
 
     # --- preempt ----------------------------------------------------------------------------
 
@@ -232,11 +207,12 @@ class Extender:
             victims = {} if found.present else args.victims
             return protocol.encode_preemption_result(victims)
         names = list(args.victims)
-        decisions = decide(found.spec, self.view.lookup(names), self.config)
+        verdicts = decide(found.spec, self.view.rows_of(names), self.view.columns, self.config)
+        outcomes = verdicts.outcome.tolist()
         kept = {
             name: args.victims[name]
-            for name, d in zip(names, decisions, strict=True)
-            if d.outcome != UNRESOLVABLE
+            for name, outcome in zip(names, outcomes, strict=True)
+            if outcome != UNRESOLVABLE
         }
         return protocol.encode_preemption_result(kept)
 

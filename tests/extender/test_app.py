@@ -115,7 +115,10 @@ def test_bind_standalone_reserves_capacity_and_refuses_when_full(client: TestCli
     assert bind(pods[0]) == {"Error": ""}
     # both passed filter before either bound; bind re-checks and the lane share is gone now
     refused = bind(pods[1])
-    assert "no longer fits" in refused["Error"] and "share units free" in refused["Error"]
+    assert (
+        "no longer fits" in refused["Error"]
+        and "share units the intent needs free" in refused["Error"]
+    )
     after = _post(client, "filter", samples.extender_args(pods[1], nodes, by_names=False))
     assert after["Nodes"]["items"] == [] and "small-gpu" in after["FailedNodes"]
     state = client.get("/state").json()

@@ -91,10 +91,15 @@ def test_binding_args_need_pod_and_node() -> None:
 
 
 def test_host_priority_and_binding_result_shapes() -> None:
-    assert orjson.loads(protocol.encode_host_priorities([("a", 10), ("b", 0)])) == [
+    assert orjson.loads(protocol.encode_host_priorities(["a", "b"], [10, 0])) == [
         {"Host": "a", "Score": 10},
         {"Host": "b", "Score": 0},
     ]
+    odd = ['x",', "y\\", 'z","w', "plain"]
+    assert orjson.loads(protocol.encode_host_priorities(odd, [1, 2, 3, 4])) == [
+        {"Host": h, "Score": s} for h, s in zip(odd, [1, 2, 3, 4], strict=True)
+    ]
+    assert protocol.encode_host_priorities([], []) == b"[]"
     assert orjson.loads(protocol.encode_binding_result("boom")) == {"Error": "boom"}
     assert protocol.MAX_EXTENDER_PRIORITY == 10
 

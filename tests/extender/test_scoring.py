@@ -26,12 +26,17 @@ def _view(*nodes: dict) -> ClusterView:
     return view
 
 
+def _decide(intent: IntentSpec, view: ClusterView, names: list[str]) -> list:
+    verdicts = decide(intent, view.rows_of(names), view.columns, CONFIG)
+    return [verdicts.at(i, name) for i, name in enumerate(names)]
+
+
 def test_scores_equal_the_single_node_placement_core() -> None:
     view = _view(*samples.sample_node_objects())
     resident = replace(ONLINE, id="other", gpu_share=0.25)
     view.place("gpu-node-a", resident)
     names = ["gpu-node-a", "gpu-node-b"]
-    decisions = decide(ONLINE, view.lookup(names), CONFIG)
+    decisions = _decide(ONLINE, view, names)
     for name, d in zip(names, decisions, strict=True):
         rec = view.get(name)
         assert rec is not None
@@ -43,30 +48,43 @@ def test_scores_equal_the_single_node_placement_core() -> None:
 
 def test_lane_and_share_predicates() -> None:
     view = _view(samples.node_object("small", 16, {"online": 1}), samples.node_object("cpu", 16))
-    d_small, d_cpu = decide(ONLINE, view.lookup(["small", "cpu"]), CONFIG)
+    d_small, d_cpu = _decide(ONLINE, view, ["small", "cpu"])
     assert d_small.outcome == OK and d_small.lane == "online"
-    assert d_cpu.outcome == UNRESOLVABLE and "lane online" in d_cpu.reason
+    assert d_cpu.outcome == UNRESOLVABLE and "lane online not present" in d_cpu.reason
     view.place("small", replace(ONLINE, id="a", gpu_share=0.75))
-    [d] = decide(ONLINE, view.lookup(["small"]), CONFIG)
-    assert d.outcome == FAILED and "25 share units free" in d.reason
+    [d] = _decide(ONLINE, view, ["small"])
+    assert d.outcome == FAILED and "fewer than the 50 share units" in d.reason
     any_lane = replace(ONLINE, gpu_lane="", gpu_share=0.25)
-    [d] = decide(any_lane, view.lookup(["small"]), CONFIG)
+    [d] = _decide(any_lane, view, ["small"])
     assert d.outcome == OK and d.lane == "online"
 
 
 def test_deadline_out_of_reach_is_unresolvable_and_short_capacity_fails() -> None:
     view = _view(samples.node_object("edge", 8, {"online": 1}))
     impossible = replace(ONLINE, deadline_ms=1.0, degradation=("NORMAL",))
-    [d] = decide(impossible, view.lookup(["edge"]), CONFIG)
+    [d] = _decide(impossible, view, ["edge"])
     assert d.outcome == UNRESOLVABLE and "unreachable" in d.reason
     batch = IntentSpec(
         id="b", name="b", workload_class="BATCH", min_units=6, max_units=6, work_units=100
     )
     view.place("edge", replace(batch, id="hog"))
-    [d] = decide(batch, view.lookup(["edge"]), CONFIG)
+    [d] = _decide(batch, view, ["edge"])
     assert d.outcome == FAILED and "insufficient units" in d.reason
 
 
 def test_unknown_nodes_fail_with_a_reason() -> None:
-    [d] = decide(ONLINE, [None], CONFIG)
+    [d] = _decide(ONLINE, ClusterView(), ["nowhere"])
     assert d.outcome == FAILED and "node view" in d.reason
+
+
+def test_nodes_of_one_class_are_scored_once_and_agree() -> None:
+    view = _view(*samples.cluster_node_objects(40))
+    view.place("node-00000", replace(ONLINE, id="r1"))
+    names = [f"node-{i:05d}" for i in range(40)]
+    verdicts = decide(ONLINE, view.rows_of(names), view.columns, CONFIG)
+    assert len(view.columns.class_views) < 10  # 4 shapes + the node with a resident
+    for i, name in enumerate(names):
+        rec = view.get(name)
+        assert rec is not None
+        single = _decide(ONLINE, view, [name])[0]
+        assert verdicts.at(i, name) == single

@@ -1,0 +1,217 @@
+"""Extender latency: /filter and /filter + /prioritize at 100, 1,000 and 5,000 nodes, both modes.
+
+Starts the extender as a real uvicorn server in a child process (its own interpreter, telemetry
+off, standalone binding) and drives it from an httpx client on the same host over one keep-alive
+connection, one request at a time, as kube-scheduler does. Request bodies are encoded before the
+clock starts (that cost is kube-scheduler's); every request carries a new pod (fresh UID, so the
+extender validates its intent each time), the ONLINE intent with GPU lane ``online`` that most
+of the sample shapes can host. Cases:
+
+* NodeNames mode (nodeCacheCapable): the node view is first filled with N realistic Node
+  objects through one NodeList call; then /filter with 500 names (what kube-scheduler sends at
+  5,000 nodes: 10 % of them) and /filter + /prioritize with all N names;
+* NodeList mode: /filter and /filter + /prioritize with the full list of N Node objects.
+
+    .venv/bin/python bench/bench_extender.py [--sizes 100,1000,5000] [--requests 200] [--out FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+import orjson
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from services.extender import samples  # noqa: E402
+
+TARGETS_MS = {
+    ("names", 500, "filter"): 2.0,
+    ("names", 5000, "filter+prioritize"): 10.0,
+    ("list", 1000, "filter"): 60.0,
+}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _start_server(home: Path) -> tuple[subprocess.Popen[bytes], str]:
+    port = _free_port()
+    (home / "configs").symlink_to(ROOT / "configs")
+    env = {
+        **os.environ,
+        "PARFUSION_HOME": str(home),
+        "PARFUSION_EXTENDER_TELEMETRY": "false",
+        "PARFUSION_EXTENDER_MAX_BODY_BYTES": str(256 << 20),
+        "PARFUSION_LOG_LEVEL": "WARNING",
+    }
+    env.pop("PARFUSION_API_TOKEN", None)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "services.extender", "--port", str(port)],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{url}/healthz", timeout=0.5).status_code == 200:
+                return proc, url
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    proc.kill()
+    raise SystemExit("extender did not become healthy")
+
+
+def _pod(i: int) -> dict:
+    return samples.pod_object(
+        f"bench-{i:06d}", uid=f"bench-uid-{i:06d}", intent=samples.ONLINE_INTENT
+    )
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    k = min(len(ordered) - 1, max(0, int(round(q / 100 * len(ordered) + 0.5)) - 1))
+    return ordered[k]
+
+
+def _post(conn: http.client.HTTPConnection, path: str, body: bytes) -> bytes:
+    conn.request("POST", path, body=body, headers={"Content-Type": "application/json"})
+    response = conn.getresponse()
+    data = response.read()
+    if response.status != 200:
+        raise SystemExit(f"{path} answered {response.status}: {data[:200]!r}")
+    return data
+
+
+def _run_case(
+    conn: http.client.HTTPConnection, bodies: list[tuple[bytes, bytes | None]], warmup: int
+) -> dict[str, float]:
+    """Each body pair is one pod: /filter, then /prioritize when given; times in ms."""
+    times: list[float] = []
+    for n, (filter_body, prioritize_body) in enumerate(bodies):
+        start = time.perf_counter()
+        _post(conn, "/filter", filter_body)
+        if prioritize_body is not None:
+            _post(conn, "/prioritize", prioritize_body)
+        elapsed = (time.perf_counter() - start) * 1000
+        if n >= warmup:
+            times.append(elapsed)
+    return {
+        "requests": len(times),
+        "p50_ms": round(statistics.median(times), 3),
+        "p90_ms": round(_percentile(times, 90), 3),
+        "p99_ms": round(_percentile(times, 99), 3),
+        "max_ms": round(max(times), 3),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--sizes", default="100,1000,5000")
+    parser.add_argument("--requests", type=int, default=200, help="measured pods per case")
+    parser.add_argument("--warmup", type=int, default=20)
+    parser.add_argument(
+        "--list-max", type=int, default=1000, help="largest NodeList size (full objects)"
+    )
+    parser.add_argument("--out", help="JSON results file (default results/bench/extender.json)")
+    ns = parser.parse_args(argv)
+    sizes = [int(s) for s in ns.sizes.split(",") if s]
+    total = ns.requests + ns.warmup
+    results = []
+    with tempfile.TemporaryDirectory(prefix="parfusion-bench-") as tmp:
+        proc, url = _start_server(Path(tmp))
+        try:
+            host, port = url.removeprefix("http://").split(":")
+            # http.client: the lightest keep-alive HTTP/1.1 client in the standard library, so
+            # the figures are mostly the server's (kube-scheduler's Go client is lighter still)
+            conn = http.client.HTTPConnection(host, int(port), timeout=60)
+            try:
+                for size in sizes:
+                    nodes = samples.cluster_node_objects(size)
+                    prime = orjson.dumps(samples.extender_args(_pod(0), nodes, by_names=False))
+                    _post(conn, "/filter", prime)
+                    names = [n["metadata"]["name"] for n in nodes]
+                    cases = []
+                    if size >= 500:
+                        cases.append(("names", 500, "filter", names[:500], False))
+                    cases.append(("names", size, "filter+prioritize", names, True))
+                    if size <= ns.list_max:
+                        cases.append(("list", size, "filter", nodes, False))
+                        cases.append(("list", size, "filter+prioritize", nodes, True))
+                    for mode, count, verbs, payload, with_prioritize in cases:
+                        bodies = []
+                        for i in range(total):
+                            pod = _pod(len(results) * 10_000 + i + 1)
+                            if mode == "names":
+                                args = {"Pod": pod, "Nodes": None, "NodeNames": payload}
+                            else:
+                                args = {
+                                    "Pod": pod,
+                                    "Nodes": {"metadata": {}, "items": payload},
+                                    "NodeNames": None,
+                                }
+                            body = orjson.dumps(args)
+                            bodies.append((body, body if with_prioritize else None))
+                        stats = _run_case(conn, bodies, ns.warmup)
+                        target = TARGETS_MS.get((mode, count, verbs))
+                        row = {
+                            "mode": "NodeNames" if mode == "names" else "NodeList",
+                            "view_nodes": size,
+                            "candidates": count,
+                            "verbs": verbs,
+                            "body_bytes": len(bodies[0][0]),
+                            **stats,
+                            "target_p99_ms": target,
+                            "meets_target": None if target is None else stats["p99_ms"] <= target,
+                        }
+                        results.append(row)
+                        sys.stderr.write(json.dumps(row) + "\n")
+            finally:
+                conn.close()
+        finally:
+            proc.terminate()
+            proc.wait(timeout=10)
+    out = Path(ns.out) if ns.out else ROOT / "results" / "bench" / "extender.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    meta = {"load_average": os.getloadavg(), "cpus": os.cpu_count(), "requests": ns.requests}
+    out.write_text(json.dumps({"meta": meta, "results": results}, indent=2) + "\n")
+    print(
+        "| mode | view nodes | candidates | verbs | body | p50 ms | p90 ms | p99 ms | target p99 |"
+    )
+    print("|---|---:|---:|---|---:|---:|---:|---:|---|")
+    for r in results:
+        target = (
+            ""
+            if r["target_p99_ms"] is None
+            else f"<= {r['target_p99_ms']:g} ms ({'met' if r['meets_target'] else 'MISSED'})"
+        )
+        print(
+            f"| {r['mode']} | {r['view_nodes']} | {r['candidates']} | {r['verbs']} | {r['body_bytes'] / 1024:.0f} KiB"
+            f" | {r['p50_ms']} | {r['p90_ms']} | {r['p99_ms']} | {target} |"
+        )
+    print(f"\nload average {meta['load_average']}, {meta['cpus']} CPUs; wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
