@@ -50,6 +50,7 @@ from services.allocator.model import (
 from services.allocator.waterfill import iron_rows, select_increments, select_increments_heap
 
 IRON_WIDTH = 32  # increments of an S-shaped row that are ironed (the rest keep a running min)
+WHOLE_ROWS_CELLS = 1 << 18  # marginal phase: rows x increments evaluated in one block at most
 DWELL_BONUS = 1e6  # marginal utility added to units held during the dwell window
 Z_CLASS = {"ONLINE": 0, "BATCH": 1, "ROBOT": 2, "URGENT": 3}
 ONLINE, BATCH, ROBOT, URGENT = 0, 1, 2, 3
@@ -359,7 +360,7 @@ class MarginalPhase:
     def finish(self, table, sel, kk, g, carry):
         g = np.minimum(np.minimum.accumulate(g, axis=1), carry[:, None])
         last = g[:, -1].copy()
-        if self.hysteresis:
+        if self.hysteresis and table.prev_units[self.rows[sel]].any():
             g = with_hysteresis(
                 table, self.rows[sel], self.start[sel], kk, g, self.tick, self.config
             )
@@ -405,28 +406,28 @@ def marginal_phase_fast(table: IntentTable, phase: MarginalPhase) -> np.ndarray:
     if phase.budget <= 0 or live.size == 0:
         return np.zeros(n, dtype=np.int64)
     shaped = phase.shaped(table, live)
-    width = int(min(room[live].max(), max(4, 2 * phase.budget // live.size + 2)))
+    widest = int(room[live].max())
+    if widest * live.size <= WHOLE_ROWS_CELLS:
+        width = widest  # small enough to take every row whole: no widening rounds
+    else:
+        width = min(widest, max(4, 2 * phase.budget // live.size + 2))
     widths = np.zeros(n, dtype=np.int64)
     carry = np.full(n, np.inf)
     blocks_g: list[np.ndarray] = []
     blocks_r: list[np.ndarray] = []
     blocks_k: list[np.ndarray] = []
-    for group, is_shaped in ((live[~shaped], False), (live[shaped], True)):
-        if group.size == 0:
-            continue
-        w = width
-        if is_shaped:
-            w = int(min(room[group].max(), max(width, IRON_WIDTH)))
-        kk = np.broadcast_to(np.arange(w), (group.size, w))
-        g = marginal_gains(table, phase.rows[group], phase.start[group], phase.level[group], kk)
-        if is_shaped:
-            iw = min(w, IRON_WIDTH)
-            g[:, :iw] = iron_rows(g[:, :iw])
-        g, carry[group] = phase.finish(table, group, kk, g, carry[group])
-        blocks_g.append(g.ravel())
-        blocks_r.append(np.repeat(group, w))
-        blocks_k.append(kk.ravel())
-        widths[group] = w
+    if shaped.any():  # S-shaped rows need their first IRON_WIDTH increments in one block
+        width = max(width, int(min(room[live[shaped]].max(), IRON_WIDTH)))
+    kk = np.broadcast_to(np.arange(width), (live.size, width))
+    g = marginal_gains(table, phase.rows[live], phase.start[live], phase.level[live], kk)
+    if shaped.any():
+        iw = min(width, IRON_WIDTH)
+        g[shaped, :iw] = iron_rows(g[shaped, :iw])
+    g, carry[live] = phase.finish(table, live, kk, g, carry[live])
+    blocks_g.append(g.ravel())
+    blocks_r.append(np.repeat(live, width))
+    blocks_k.append(kk.ravel())
+    widths[live] = width
     while True:
         gains = np.concatenate(blocks_g)
         cand_rows = np.concatenate(blocks_r)
