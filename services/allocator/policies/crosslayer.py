@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 from collections import deque
-from itertools import repeat
 from dataclasses import dataclass
+from itertools import repeat
 
 import numpy as np
 
