@@ -401,6 +401,11 @@ class RealBackend:
         with self._lock:
             self._intents[intent_id].listeners.append(listener)
 
+    def pool_sizes(self) -> dict[str, int]:
+        """Workers per intent right now (no telemetry side effects: nothing is drained)."""
+        with self._lock:
+            return {i: r.pool.size for i, r in self._intents.items()}
+
     # -- telemetry ----------------------------------------------------------------------------
     def telemetry(self) -> telemetry_pb2.NodeTelemetry:
         sample = self._sampler.sample()
