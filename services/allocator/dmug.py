@@ -307,15 +307,21 @@ def marginal_gains(table: IntentTable, rows: np.ndarray, start: np.ndarray, leve
     p = start[:, None] + kk
     p_ext = np.concatenate((p, p[:, -1:] + 1), axis=1)  # p .. p_last + 1
     dl = r.has_deadline
-    gains = None
+    deadline_gain = throughput = None
     if dl.any():
         risk = r.risk(p_ext, table.level_factor[level][:, None])
-        gains = r.weight * (risk[:, :-1] - risk[:, 1:])
+        deadline_gain = r.weight * (risk[:, :-1] - risk[:, 1:])
     if not dl.all():
         speed = amdahl_speedup(r.f, np.maximum(p_ext, 1))
         cap = np.maximum(r.cap, 1)
         throughput = batch_gain(r.weight, speed[:, :-1], speed[:, 1:], amdahl_speedup(r.f, cap))
-        gains = throughput if gains is None else np.where(dl, gains, throughput)
+    if deadline_gain is None:
+        assert throughput is not None
+        gains = throughput
+    elif throughput is None:
+        gains = deadline_gain
+    else:
+        gains = np.where(dl, deadline_gain, throughput)
     return np.where(p < r.cap, gains, -np.inf)
 
 
@@ -536,6 +542,7 @@ def plan_units(
         need[dl] = p_need
         outcome[dl] = np.where(meets, np.where(lvl > 0, MET_DEGRADED, MET), UNREACHABLE)
         slack_best = slack_ms(table.deadline[dl], table.latency(dl, cap[dl], lvl))
+        keys: tuple[np.ndarray, ...]
         if options.order == "edf":
             keys = (table.seq[dl], -table.weight[dl], table.deadline[dl])
         else:

@@ -13,7 +13,7 @@ from services.allocator.model import PlanInput, PlanResult
 from services.allocator.policies.crosslayer import Knobs, decide
 
 
-@dataclass(frozen=True)
+@dataclass
 class DmugPolicy:
     name: str
     kind: str

@@ -88,7 +88,7 @@ def loadbalance_units(table: dmug.IntentTable, capacity: int):
     return units, outcome
 
 
-@dataclass(frozen=True)
+@dataclass
 class ReferencePolicy:
     name: str
     kind: str
