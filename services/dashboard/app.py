@@ -30,6 +30,7 @@ from services.common.config import ServiceSettings, parse_service_args, resolve_
 from services.common.http import healthz_route, metrics_route, serve_http
 from services.common.logs import configure_logging
 from services.dashboard import metrics, views
+from services.dashboard.access import ActionGuard, token_ok, unlock_endpoint
 from services.dashboard.clients import ActionError, Endpoints, ServiceClients
 from services.dashboard.demo import DemoConfig, GuidedDemo
 from services.dashboard.observer import SERVICES, Observer
@@ -174,6 +175,7 @@ def create_app(settings: ServiceSettings) -> Starlette:
         d = dash(request)
         ctx = context(request, d, PANELS)
         ctx["autostart"] = request.query_params.get("story") == "guided" and not d.demo.running
+        ctx["locked"] = not token_ok(request, settings.api_token)
         ctx["preview_block"] = {"idle": True}
         return templates.TemplateResponse(request, "index.html", ctx)
 
@@ -250,11 +252,14 @@ def create_app(settings: ServiceSettings) -> Starlette:
         Route("/actions/policy", set_policy, methods=["POST"]),
         Route("/actions/demo/start", demo_start, methods=["POST"]),
         Route("/actions/demo/stop", demo_stop, methods=["POST"]),
+        Route("/unlock", unlock_endpoint(settings.api_token), methods=["GET"]),
         metrics_route(),
         healthz_route(),
         Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
     ]
-    return Starlette(routes=routes, lifespan=lifespan)
+    app = Starlette(routes=routes, lifespan=lifespan)
+    app.add_middleware(ActionGuard, token=settings.api_token)
+    return app
 
 
 def format_ms(value: float | None) -> str:

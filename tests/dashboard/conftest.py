@@ -11,6 +11,8 @@ import pytest
 from services.common.config import ServiceSettings, build_settings
 from tests.conftest import free_port
 
+HTMX = {"HX-Request": "true"}  # what htmx sends with every request the page makes
+
 
 @pytest.fixture
 def dashboard_settings(home: Path) -> Callable[..., ServiceSettings]:

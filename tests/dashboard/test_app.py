@@ -5,11 +5,13 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from starlette.testclient import TestClient
 
-from services.common.config import ServiceSettings
+from services.common.config import ServiceSettings, build_settings
 from services.dashboard.app import HTMX_SCRIPT, PANELS, create_app
+from tests.dashboard.conftest import HTMX
 
 
 def test_page_says_each_service_is_unreachable_and_never_hangs(
@@ -59,7 +61,7 @@ def test_actions_report_failures_instead_of_raising(
 ) -> None:
     settings = dashboard_settings()
     with TestClient(create_app(settings)) as client:
-        body = client.post("/actions/policy?name=baseline").text
+        body = client.post("/actions/policy?name=baseline", headers=HTMX).text
         assert (
             f"SetPolicy baseline failed: allocator unreachable at {settings.get_str('allocator_address')}"
             in body
@@ -78,3 +80,28 @@ def test_metrics_and_healthz(dashboard_settings: Callable[..., ServiceSettings])
         assert metrics.status_code == 200
         assert 'parfusion_dashboard_service_up{service="allocator"} 0.0' in metrics.text
         assert "parfusion_dashboard_poll_seconds_count" in metrics.text
+
+
+def test_actions_need_the_htmx_header_and_the_token_when_one_is_set(
+    home: Path, dashboard_settings: Callable[..., ServiceSettings]
+) -> None:
+    with TestClient(create_app(dashboard_settings())) as client:
+        forged = client.post("/actions/policy?name=baseline")  # e.g. a form on another site
+        assert forged.status_code == 403 and forged.headers["HX-Retarget"] == "#flash"
+        assert "Buttons are locked" not in client.get("/").text
+
+    settings = build_settings(
+        "dashboard",
+        overrides=dashboard_settings().section,
+        env={"PARFUSION_HOME": str(home), "PARFUSION_API_TOKEN": "s3cret"},
+    )
+    with TestClient(create_app(settings)) as client:
+        assert "Buttons are locked" in client.get("/").text
+        assert client.post("/actions/demo/stop", headers=HTMX).status_code == 401
+        bearer = {**HTMX, "Authorization": "Bearer s3cret"}
+        assert client.post("/actions/demo/stop", headers=bearer).status_code == 200
+        assert client.get("/unlock?token=wrong", follow_redirects=False).status_code == 401
+        unlocked = client.get("/unlock?token=s3cret", follow_redirects=False)
+        assert unlocked.status_code == 303 and "httponly" in unlocked.headers["set-cookie"].lower()
+        assert client.post("/actions/demo/stop", headers=HTMX).status_code == 200
+        assert "Buttons are locked" not in client.get("/").text

@@ -20,6 +20,7 @@ from services.common.clients import channel
 from services.common.config import ServiceSettings, build_settings
 from services.dashboard.app import create_app
 from tests.conftest import free_port
+from tests.dashboard.conftest import HTMX
 
 pytestmark = pytest.mark.integration
 
@@ -86,16 +87,16 @@ def test_allocator_table_policies_and_preview_from_the_real_allocator(
         for name in ("baseline", "parfusion", "static", "edf-only", "no-degrade", "no-preemption"):
             assert f'data-policy="{name}"' in policies
 
-        done = client.post("/actions/policy?name=baseline").text
+        done = client.post("/actions/policy?name=baseline", headers=HTMX).text
         assert "policy baseline active" in done
         assert _active(allocator) == "baseline"
         _wait(lambda: 'id="active-policy">baseline<' in client.get("/partials/cockpit").text)
         events = client.get("/partials/events").text
         assert "set policy baseline" in events
-        refused = client.post("/actions/policy?name=nope").text
+        refused = client.post("/actions/policy?name=nope", headers=HTMX).text
         assert "SetPolicy nope failed" in refused and "INVALID_ARGUMENT" in refused
 
-        client.post("/actions/policy?name=parfusion")
+        client.post("/actions/policy?name=parfusion", headers=HTMX)
         calm = client.get("/partials/preview?cpu=0&gpu=0&network=0&rate=1").text
         storm = client.get("/partials/preview?cpu=0.9&gpu=0.8&network=0.5&rate=3").text
         assert 'id="preview-table"' in storm
@@ -109,7 +110,7 @@ def test_guided_demo_drives_the_allocator_and_reports_what_failed(
     settings = dashboard_settings(allocator_address=allocator.address, demo_stage_seconds=0.6)
     with TestClient(create_app(settings)) as client:
         assert 'hx-trigger="load"' in client.get("/?story=guided").text
-        client.post("/actions/demo/start")
+        client.post("/actions/demo/start", headers=HTMX)
         seen: list[str] = []
         policies: list[str] = []
         deadline = time.monotonic() + 15
