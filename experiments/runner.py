@@ -85,6 +85,7 @@ def run_policy(
         clock=clock,
         seed=seed,
         keep_history=True,
+        window_percentiles=False,
     )
     policy = get_policy(policy_name)
     predictor = Predictor()

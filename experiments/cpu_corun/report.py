@@ -52,7 +52,8 @@ def figures(doc: dict[str, Any], figdir: Path, stem: str) -> list[Path]:
         ]
         width = 0.8 / max(1, len(loads))
         for i, load in enumerate(loads):
-            meds, errs = [], [[], []]
+            meds: list[float] = []
+            errs: list[list[float]] = [[], []]
             for p in phases:
                 a = next((a for a in agg if a["phase"] == p and a["load"] == load), None)
                 s = a[metric] if a else {"median": None}

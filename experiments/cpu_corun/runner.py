@@ -163,8 +163,8 @@ class PhaseRunner:
         start, end = t0 + prof.warmup_s, t0 + span
         online_due = [t0 + x for x in plan.online] if phase.kind != "batch-alone" else []
         urgent_due = [t0 + x for x in plan.urgent] if phase.co_run else []
-        self.backend.source(ONLINE).schedule(online_due)  # type: ignore[attr-defined]
-        self.backend.source(URGENT).schedule(urgent_due)  # type: ignore[attr-defined]
+        self.backend.request_source(ONLINE).schedule(online_due)
+        self.backend.request_source(URGENT).schedule(urgent_due)
         wall0 = time.monotonic()
         _sleep_until(end)
         in_window = [d for d in online_due if start <= d < end]
@@ -193,7 +193,7 @@ class PhaseRunner:
             result.controller_cpu_fraction = controller.cpu_seconds / max(cutoff - wall0, 1e-6)
             result.plan_trace = _trace(controller)
         for intent_id in (ONLINE, URGENT):
-            self.backend.source(intent_id).clear()  # type: ignore[attr-defined]
+            self.backend.request_source(intent_id).clear()
         done.extend(self.router.take())
         result.host_load1 = os.getloadavg()[0]
         result.host_cpu_percent = psutil.cpu_percent()

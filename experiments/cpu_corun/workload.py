@@ -207,7 +207,7 @@ def calibrate(
     service_ms = TARGET_SERVICE_MS
     attempts: list[dict[str, float]] = []
     median = 0.0
-    source = backend.source(ONLINE)
+    source = backend.request_source(ONLINE)
     backend.apply(
         _plan(
             2,

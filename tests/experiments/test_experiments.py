@@ -1,0 +1,110 @@
+"""The headless suite: seeded and reproducible, every policy runs, work is conserved."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from experiments import ablation, compare, dynamic
+from experiments.metrics import summarize
+from experiments.model.params import load_model_params
+from experiments.runner import run_policy
+from experiments.scenario import load_scenario
+from experiments.suite import ExperimentSpec, comparable, run_experiment
+from parfusion import cli
+from services.allocator.policies.registry import list_policies
+
+ROOT = Path(__file__).resolve().parents[2]
+MODEL = ROOT / "configs" / "model.yaml"
+
+
+@pytest.fixture(scope="module")
+def params():
+    return load_model_params(MODEL)
+
+
+def test_same_seed_gives_the_same_json_and_another_seed_does_not() -> None:
+    spec = ExperimentSpec("compare", "compare", ("baseline", "parfusion"))
+    a = run_experiment(spec, 8.0, 3, model_path=MODEL, progress=False)
+    b = run_experiment(spec, 8.0, 3, model_path=MODEL, progress=False, workers=1)
+    c = run_experiment(spec, 8.0, 4, model_path=MODEL, progress=False)
+    assert comparable(a) == comparable(b)
+    assert comparable(a) != comparable(c)
+    assert a["meta"].keys() == {"generated_at", "wall_s"}  # the only run-dependent fields
+    json.dumps(a)  # JSON-ready
+
+
+@pytest.mark.parametrize("policy", [p.name for p in list_policies()])
+def test_every_policy_runs_the_scenario_and_conserves_work(policy: str, params) -> None:
+    scenario = load_scenario(params, "dynamic", 6.0)
+    run = run_policy(policy, scenario, params, seed=2)
+    result = summarize(run)
+    assert len(run.ticks) == 24
+    assert all(sum(t.units.values()) <= params.cpu_units for t in run.ticks)
+    c = result["conservation"]
+    assert c["holds"] and c["arrived"] == c["completed"] + c["dropped"] + c["queued"]
+    assert c["arrived"] > 900  # ~185 deadline requests per second
+    online = result["online"]
+    assert online["requests"] == online["completed"] + online["dropped"]
+    assert 0 <= online["miss_pct"] <= 100
+
+
+def test_disturbance_and_urgent_event_reach_the_node_through_its_api(params) -> None:
+    scenario = load_scenario(params, "dynamic", 20.0)
+    run = run_policy("parfusion", scenario, params, seed=1)
+    kinds = [e["kind"] for e in run.events]
+    assert kinds.count("urgent_start") == 2 and "disturbance" in kinds
+    disturbed = [t for t in run.ticks if t.disturbance[0] > 0]
+    assert disturbed and disturbed[0].disturbance == pytest.approx((0.5, 0.5, 0.3))
+    urgent = scenario.urgent.id
+    assert any(t.units.get(urgent, 0) > 0 for t in run.ticks)
+    result = summarize(run)
+    assert all(r is not None and r > 0 for r in result["urgent"]["response_ms"])
+    assert result["urgent"]["completed"] > 0
+
+
+def test_ablation_lists_the_ten_policies() -> None:
+    assert ablation.POLICIES == (
+        "baseline",
+        "static",
+        "edf-only",
+        "no-crosslayer",
+        "no-gpuintent",
+        "no-predictor",
+        "no-elastic",
+        "no-degrade",
+        "no-preemption",
+        "parfusion",
+    )
+    assert compare.SPEC.policies == ("baseline", "parfusion")
+    assert dynamic.SPEC.scenario == "dynamic"
+
+
+@pytest.mark.slow
+def test_the_command_writes_json_figures_and_report(tmp_path: Path, capsys) -> None:
+    rc = cli.main(
+        [
+            "experiment",
+            "dynamic",
+            "--seconds",
+            "8",
+            "--seed",
+            "5",
+            "--out",
+            str(tmp_path),
+            "--no-progress",
+        ]
+    )
+    assert rc == 0
+    assert "modeled, not measured" in capsys.readouterr().out
+    doc = json.loads((tmp_path / "experiment_dynamic.json").read_text())
+    assert doc["modeled"] is True and doc["seed"] == 5 and doc["seconds"] == 8
+    assert set(doc["results"]) == {"baseline", "parfusion"}
+    assert (tmp_path / "reports" / "experiment_dynamic.md").exists()
+    assert list((tmp_path / "figures").glob("experiment_dynamic_*.png"))
+
+
+def test_the_command_refuses_a_silly_length(tmp_path: Path) -> None:
+    assert cli.main(["experiment", "compare", "--seconds", "0", "--out", str(tmp_path)]) == 2
