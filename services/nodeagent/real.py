@@ -153,6 +153,7 @@ class RealBackend:
             mount_override=options.cgroup_root,
         )
         self._plan_path = options.run_dir / "nodeagent" / "cgroup-plan.json"
+        self._last_groups: list[cgroupfs.GroupPlan] | None = None
         self._running = threading.Event()
         self._running.set()
         self._arrivals = threading.Thread(target=self._arrival_loop, name="arrivals", daemon=True)
@@ -272,16 +273,20 @@ class RealBackend:
             raise InvalidArgument("an intent appears twice", field="plan.allocations")
         specs = self._capped(specs)
         with self._lock:
-            for gone in set(self._intents) - set(ids):
-                runtime = self._intents.pop(gone)
-                self._stopping.append(runtime)
-                threading.Thread(target=self._retire, args=(runtime,), daemon=True).start()
+            changed = {
+                s.intent_id
+                for s in specs
+                if s.intent_id in self._intents and self._intents[s.intent_id].spec.kind != s.kind
+            }
+            for gone in (set(self._intents) - set(ids)) | changed:
+                old = self._intents.pop(gone)
+                self._stopping.append(old)
+                threading.Thread(target=self._retire, args=(old,), daemon=True).start()
             for spec in specs:
-                runtime = self._intents.get(spec.intent_id)
                 n = BATCH_N if spec.kind == "batch" else ONLINE_N
                 reps = max(1, round(spec.service_ms / self._rep_ms[n]))
-                if runtime is None or runtime.spec.kind != spec.kind:
-                    runtime = IntentRuntime(spec, n, reps, self)
+                runtime = self._intents.get(spec.intent_id) or IntentRuntime(spec, n, reps, self)
+                if spec.intent_id not in self._intents:
                     self._intents[spec.intent_id] = runtime
                 runtime.pool.reps = reps
                 runtime.book.deadline_ms = spec.deadline_ms
@@ -332,6 +337,9 @@ class RealBackend:
         groups = [
             replace(s.group, pids=tuple(self._intents[s.intent_id].pool.pids())) for s in specs
         ]
+        if groups == self._last_groups:
+            return  # same groups, same pids: nothing to record or write (plans arrive every tick)
+        self._last_groups = groups
         rec = cgroupfs.CgroupRecord(
             generation=self._generation,
             mode=self._cgroup_mode(),
@@ -391,6 +399,15 @@ class RealBackend:
         """The work source of one intent's pool (the co-run benchmark schedules into it)."""
         with self._lock:
             return self._intents[intent_id].source
+
+    def request_source(self, intent_id: str) -> RequestSource:
+        """The timed request queue of an ONLINE/ROBOT/URGENT intent's pool."""
+        source = self.source(intent_id)
+        if not isinstance(source, RequestSource):
+            raise InvalidArgument(
+                f"{intent_id} is a batch intent: it has no request queue", field="intent_id"
+            )
+        return source
 
     def book(self, intent_id: str) -> LatencyBook:
         with self._lock:

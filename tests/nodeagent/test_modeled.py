@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -154,3 +155,91 @@ def test_long_silence_catches_up_without_simulating_hours(
     tel = backend.telemetry()
     assert backend.node.now_s <= 31.0
     assert {s.intent_id: s for s in tel.latencies}["on"].count > 0
+
+
+# -- over real gRPC: the allocator's loop drives the node agent server running this backend ----
+
+
+@pytest.mark.integration
+def test_allocator_plans_on_the_modeled_node_over_grpc(home: Path) -> None:
+    import os
+
+    from parfusion.v1 import (
+        allocator_pb2,
+        allocator_pb2_grpc,
+        nodeagent_pb2,
+        nodeagent_pb2_grpc,
+    )
+    from services.allocator.server import start_allocator
+    from services.common.clients import channel
+    from services.common.config import build_settings
+    from services.nodeagent.server import start_nodeagent
+    from tests.conftest import free_port
+
+    agent_port = free_port()
+    agent = start_nodeagent(
+        build_settings(
+            "nodeagent", overrides={"port": agent_port, "backend": "modeled"}, env=dict(os.environ)
+        ),
+        port=agent_port,
+    )
+    allocator = start_allocator(
+        build_settings(
+            "allocator",
+            overrides={
+                "port": 0,
+                "metrics_port": None,
+                "seed_intents": False,
+                "nodeagent_address": f"127.0.0.1:{agent_port}",
+                "gpulane_address": "",
+            },
+            env=dict(os.environ),
+        ),
+        port=0,
+        start_loop=False,  # the test ticks the loop itself
+    )
+    try:
+        assert agent.backend.name == "modeled"
+        with channel(allocator.address) as ch_alloc, channel(f"127.0.0.1:{agent_port}") as ch_agent:
+            alloc = allocator_pb2_grpc.AllocatorServiceStub(ch_alloc)
+            node = nodeagent_pb2_grpc.NodeAgentServiceStub(ch_agent)
+            intent = intent_pb2.ResourceIntent(
+                id="detect",
+                name="detect",
+                workload_class=intent_pb2.WORKLOAD_CLASS_ONLINE,
+                slo=intent_pb2.Slo(deadline_ms=53),
+                speedup=intent_pb2.Speedup(base_service_ms=10.6, parallel_fraction=0.9),
+                demand=intent_pb2.Demand(arrival_rate_per_s=150),
+                parallelism=intent_pb2.Parallelism(min=1, max=8),
+            )
+            alloc.SubmitIntent(allocator_pb2.SubmitIntentRequest(intent=intent), timeout=5)
+            loop = allocator.handle.loop
+            for _ in range(6):
+                assert loop.tick() is not None
+                time.sleep(0.25)
+            tel = node.GetNodeTelemetry(
+                nodeagent_pb2.GetNodeTelemetryRequest(), timeout=5
+            ).telemetry
+            assert tel.backend == "modeled"
+            pools = {p.intent_id: p for p in tel.pools}
+            plan = alloc.GetPlan(allocator_pb2.GetPlanRequest(), timeout=5)
+            planned = {a.intent_id: a.workers for a in plan.node_plan.allocations}
+            assert planned["detect"] >= 1 and pools["detect"].workers == planned["detect"]
+            assert plan.node_plan.cpu_units == 16  # the modeled arena the agent reported
+            assert not plan.node_stale
+            stats = loop.service_stats()["detect"]
+            assert stats.count > 50 and stats.observed_units == planned["detect"]
+            reply = node.InjectDisturbance(
+                nodeagent_pb2.InjectDisturbanceRequest(
+                    disturbance=telemetry_pb2.Disturbance(
+                        cpu_pressure=0.6, gpu_pressure=0.3, network_pressure=0.2, duration_s=30
+                    )
+                ),
+                timeout=5,
+            )
+            assert reply.accepted and reply.backend == "modeled"
+            loop.tick()
+            assert loop.node_state().disturbance.cpu == pytest.approx(0.6)
+    finally:
+        allocator.stop(0.5)
+        agent.stop(0.5)

@@ -60,7 +60,9 @@ def test_low_priority_worker_yields_the_shared_core(knobs: OsKnobs) -> None:
         fg0, bg0 = _cpu_seconds(fg), _cpu_seconds(bg)
         time.sleep(1.2)
         fg_used, bg_used = _cpu_seconds(fg) - fg0, _cpu_seconds(bg) - bg0
-        assert fg_used > 0.2
+        assert fg_used > 0.1, (
+            f"the normal worker barely ran ({fg_used:.3f}s): host too busy to judge"
+        )
         assert fg_used > 5 * bg_used, f"nice/idle did not bite: fg {fg_used:.3f}s bg {bg_used:.3f}s"
     finally:
         normal.stop()
