@@ -45,7 +45,7 @@ class NodeColumns:
         self.class_ids: dict[PlacementKey, int] = {}
         self.class_views: list[NodeView] = []
         self.version = 0
-        self._cache: dict[tuple[str, ...], Candidates] = {}
+        self._cache: dict[bytes | tuple[str, ...], Candidates] = {}
 
     def __len__(self) -> int:
         return len(self.records)
@@ -111,14 +111,15 @@ class NodeColumns:
     def rows_of(self, names: Sequence[str]) -> np.ndarray:
         return self.candidates(names).rows
 
-    def candidates(self, names: Sequence[str]) -> Candidates:
+    def candidates(self, names: Sequence[str], key: bytes | None = None) -> Candidates:
         """Rows for a candidate list, -1 for a name the view does not know.
 
         kube-scheduler sends the same candidate list over and over (the nodes it found feasible),
-        so the last few lists are kept, with whatever else was derived from them; an entry with
+        so the last few lists are kept (keyed by the list's JSON bytes when the caller has them),
+        with whatever else was derived from them; an entry with
         unknown names is recomputed once the view has grown (rows never move once assigned)."""
-        key = tuple(names)
-        hit = self._cache.get(key)
+        cache_key: bytes | tuple[str, ...] = key if key is not None else tuple(names)
+        hit = self._cache.get(cache_key)
         if hit is not None and (hit.complete or hit.known == len(self.rows)):
             return hit
         get = self.rows.get
@@ -126,7 +127,7 @@ class NodeColumns:
         entry = Candidates(rows, len(self.rows), bool((rows >= 0).all()))
         if len(self._cache) >= 8:
             self._cache.pop(next(iter(self._cache)))
-        self._cache[key] = entry
+        self._cache[cache_key] = entry
         return entry
 
 

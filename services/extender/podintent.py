@@ -14,15 +14,15 @@ Two ways for a pod to carry an intent (docs/kubernetes.md lists them):
 The annotation wins when both are present. A pod with neither has no intent and the extender
 passes it through. Validation is the allocator's own (services/allocator/validation.py), so a pod
 intent the extender accepts is one SubmitIntent would accept. kube-scheduler sends the same pod
-to /filter, /prioritize and /bind in turn, so results are cached on the raw strings.
+to /filter, /prioritize and /bind in turn, and replicas carry the same annotation, so validation
+results are cached on the raw strings and only the id (the pod UID) and name are per pod.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any
 
@@ -47,6 +47,7 @@ LABEL_FIELDS: dict[str, tuple[str, ...]] = {
     "gpu-share": ("gpu", "share"),
     "preemptible": ("preemptible",),
 }
+PLACEHOLDER_ID = "pod-intent"  # replaced by the pod's UID after validation
 _NOT_DNS_LABEL = re.compile(r"[^a-z0-9-]+")
 
 
@@ -75,31 +76,45 @@ def intent_name(pod_name: str) -> str:
 def pod_intent(pod: Pod) -> PodIntent:
     meta = pod.metadata
     annotation = (meta.annotations or {}).get(ANNOTATION)
-    ident = meta.uid or f"{meta.namespace or 'default'}.{meta.name}"
     if annotation is not None:
-        return _from_annotation(annotation, ident, intent_name(meta.name))
-    labels = meta.labels or {}
-    ours = tuple(sorted((k, v) for k, v in labels.items() if k.startswith(LABEL_PREFIX)))
-    if not ours:
-        return NO_INTENT
-    return _from_labels(ours, ident, intent_name(meta.name))
+        found, own_id, own_name = _from_annotation(annotation)
+    else:
+        labels = meta.labels or {}
+        ours = tuple(sorted((k, v) for k, v in labels.items() if k.startswith(LABEL_PREFIX)))
+        if not ours:
+            return NO_INTENT
+        found, own_id, own_name = _from_labels(ours)
+    if found.spec is None or (own_id and own_name):
+        return found
+    # Replicas share one validated intent; each pod gets its own id (its UID) and name.
+    ident = meta.uid or f"{meta.namespace or 'default'}.{meta.name}"
+    spec = replace(
+        found.spec,
+        id=found.spec.id if own_id else ident,
+        name=found.spec.name if own_name else intent_name(meta.name),
+    )
+    return PodIntent(spec, "", found.source)
+
+
+Cached = tuple[PodIntent, bool, bool]  # (intent, the document set its id, ... its name)
 
 
 @lru_cache(maxsize=4096)
-def _from_annotation(text: str, ident: str, name: str) -> PodIntent:
+def _from_annotation(text: str) -> Cached:
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
-        return PodIntent(None, f"annotation {ANNOTATION} is not valid JSON: {exc}", "annotation")
+        error = f"annotation {ANNOTATION} is not valid JSON: {exc}"
+        return PodIntent(None, error, "annotation"), False, False
     if not isinstance(doc, dict):
-        return PodIntent(None, f"annotation {ANNOTATION} must be a JSON object", "annotation")
-    doc.setdefault("name", name)
-    return _validated(doc, ident, "annotation")
+        error = f"annotation {ANNOTATION} must be a JSON object"
+        return PodIntent(None, error, "annotation"), False, False
+    return _validated(doc, "annotation")
 
 
 @lru_cache(maxsize=4096)
-def _from_labels(labels: tuple[tuple[str, str], ...], ident: str, name: str) -> PodIntent:
-    doc: dict[str, Any] = {"name": name}
+def _from_labels(labels: tuple[tuple[str, str], ...]) -> Cached:
+    doc: dict[str, Any] = {}
     for key, value in labels:
         suffix = key[len(LABEL_PREFIX) :]
         path = LABEL_FIELDS.get(suffix)
@@ -108,18 +123,15 @@ def _from_labels(labels: tuple[tuple[str, str], ...], ident: str, name: str) -> 
         try:
             parsed: Any = _label_value(suffix, value)
         except ValueError:
-            return PodIntent(None, f"label {key}: cannot parse {value!r}", "labels")
+            return PodIntent(None, f"label {key}: cannot parse {value!r}", "labels"), False, False
         target = doc
         for part in path[:-1]:
             target = target.setdefault(part, {})
         target[path[-1]] = parsed
     if "workload_class" not in doc:
-        return PodIntent(
-            None,
-            f"label {LABEL_PREFIX}class is required when parfusion.io/* labels are used",
-            "labels",
-        )
-    return _validated(doc, ident, "labels")
+        error = f"label {LABEL_PREFIX}class is required when parfusion.io/* labels are used"
+        return PodIntent(None, error, "labels"), False, False
+    return _validated(doc, "labels")
 
 
 def _label_value(suffix: str, value: str) -> Any:
@@ -135,12 +147,11 @@ def _label_value(suffix: str, value: str) -> Any:
     return float(value)
 
 
-def _validated(doc: Mapping[str, Any], ident: str, source: str) -> PodIntent:
+def _validated(doc: dict[str, Any], source: str) -> Cached:
+    own_id, own_name = bool(doc.get("id")), bool(doc.get("name"))
+    doc = {**doc, "id": doc.get("id") or PLACEHOLDER_ID, "name": doc.get("name") or "pod"}
     try:
-        proto = intent_from_document(doc)
-        if not proto.id:
-            proto.id = ident
-        spec = intent_to_spec(normalize_intent(proto))
+        spec = intent_to_spec(normalize_intent(intent_from_document(doc)))
     except InvalidArgument as exc:
-        return PodIntent(None, f"invalid intent: {exc}", source)
-    return PodIntent(spec, "", source)
+        return PodIntent(None, f"invalid intent: {exc}", source), own_id, own_name
+    return PodIntent(spec, "", source), own_id, own_name

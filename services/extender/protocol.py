@@ -139,6 +139,7 @@ class ExtenderArgs:
     nodes: NodeList | None
     node_names: list[str] | None
     heads: list[NodeHead] = field(default_factory=list)  # parallel to nodes.items
+    names_key: bytes | None = None  # NodeNames as sent: a cheap key for repeated candidate lists
 
     @property
     def by_names(self) -> bool:
@@ -146,7 +147,7 @@ class ExtenderArgs:
 
     def candidate_names(self) -> list[str]:
         if self.nodes is None:
-            return list(self.node_names or ())
+            return self.node_names or []
         return [h.metadata.name for h in self.heads]
 
 
@@ -207,24 +208,55 @@ def _required_pod(fields: dict[str, msgspec.Raw]) -> Pod:
     return pod
 
 
+class _ExactArgs(msgspec.Struct):
+    """ExtenderArgs with the Go field names exactly as kube-scheduler writes them: one scan."""
+
+    Pod: Pod | None = None
+    Nodes: NodeList | None = None
+    NodeNames: msgspec.Raw = msgspec.field(default_factory=lambda: msgspec.Raw(b"null"))
+
+
+_exact_args = msgspec.json.Decoder(_ExactArgs)
+
+
 def decode_extender_args(body: bytes) -> ExtenderArgs:
-    fields = _fields(body)
-    pod = _required_pod(fields)
-    nodes = _decode(_node_list, fields.get("nodes"), "Nodes")
-    names = _decode(_names, fields.get("nodenames"), "NodeNames")
+    pod: Pod | None = None
+    names_key: bytes | None = None
+    try:
+        exact = _exact_args.decode(body)
+        pod, nodes = exact.Pod, exact.Nodes
+        names_key = bytes(exact.NodeNames)
+        names = _decode(_names, exact.NodeNames, "NodeNames")
+        if names is None:
+            names_key = None
+    except msgspec.DecodeError:
+        exact = None  # wrong shape or other-case names: the general path says which field
+    if exact is None or pod is None or (nodes is None and names is None):
+        fields = _fields(body)
+        pod = _required_pod(fields)
+        nodes = _decode(_node_list, fields.get("nodes"), "Nodes")
+        names = _decode(_names, fields.get("nodenames"), "NodeNames")
+        names_key = None
+    elif not pod.metadata.name:
+        raise ProtocolError("Pod.metadata.name is required", field="Pod.metadata.name")
     if nodes is None and names is None:
         raise ProtocolError("one of Nodes (a NodeList) or NodeNames is required", field="Nodes")
     heads: list[NodeHead] = []
     if nodes is not None:
         nodes.items = nodes.items or []
-        for i, item in enumerate(nodes.items):
-            head = _decode(_node_head, item, f"Nodes.items[{i}]")
+        decode_head = _node_head.decode
+        try:
+            heads = [decode_head(item) for item in nodes.items]
+        except msgspec.ValidationError:
+            heads = [
+                _decode(_node_head, item, f"Nodes.items[{i}]") for i, item in enumerate(nodes.items)
+            ]
+        for i, head in enumerate(heads):
             if not head.metadata.name:
                 raise ProtocolError(
                     "node without metadata.name", field=f"Nodes.items[{i}].metadata.name"
                 )
-            heads.append(head)
-    return ExtenderArgs(pod=pod, nodes=nodes, node_names=names, heads=heads)
+    return ExtenderArgs(pod=pod, nodes=nodes, node_names=names, heads=heads, names_key=names_key)
 
 
 def decode_binding_args(body: bytes) -> ExtenderBindingArgs:

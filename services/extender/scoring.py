@@ -92,10 +92,57 @@ class Verdicts:
         return {names[i]: reasons[c] for i, c in zip(picked, codes, strict=True)}
 
 
+@dataclass(frozen=True, slots=True)
+class ClassScore:
+    """The placement core's answer for one intent on one placement class of nodes."""
+
+    fits: bool
+    outcome: int
+    score: int
+    slack_ms: float
+    deadline_risk: float
+    units: int
+    reason: str
+
+
+ClassScores = dict[int, ClassScore]  # placement class id -> score, for one intent
+
+
+def _score_classes(
+    intent: IntentSpec, classes: list[int], columns: NodeColumns, config: ScoringConfig
+) -> ClassScores:
+    views = [columns.class_views[c] for c in classes]
+    s = placement.score_nodes_arrays(intent, views, None, config.dmug)
+    out: ClassScores = {}
+    for j, c in enumerate(classes):
+        fits = bool(s.fits[j])
+        code = int(s.reason_code[j])
+        out[c] = ClassScore(
+            fits=fits,
+            outcome=OK if fits else (UNRESOLVABLE if code in UNRESOLVABLE_CODES else FAILED),
+            score=int(s.score[j]) if fits else 0,
+            slack_ms=float(s.slack_ms[j]),
+            deadline_risk=float(s.deadline_risk[j]),
+            units=int(s.units[j]),
+            reason=""
+            if fits
+            else placement._reason(code, intent, views[j], int(s.units[j]), int(s.level[j]), s, j),
+        )
+    return out
+
+
 def decide(
-    intent: IntentSpec, rows: np.ndarray, columns: NodeColumns, config: ScoringConfig
+    intent: IntentSpec,
+    rows: np.ndarray,
+    columns: NodeColumns,
+    config: ScoringConfig,
+    cache: ClassScores | None = None,
 ) -> Verdicts:
-    """One verdict per candidate row (-1 = a node the view does not know), in order."""
+    """One verdict per candidate row (-1 = a node the view does not know), in order.
+
+    ``cache``: this intent's scores per placement class from earlier calls. A class is defined by
+    the D-MUG view's content, so its score for a given intent never goes stale; /filter,
+    /prioritize and /bind for one pod (and its replicas) share one."""
     n = len(rows)
     reasons = [UNKNOWN_NODE]
     outcome = np.full(n, FAILED, dtype=np.int8)
@@ -154,30 +201,29 @@ def decide(
     where = np.flatnonzero(alive)
     if len(where):
         classes, inverse = np.unique(klass[where], return_inverse=True)
-        views = [columns.class_views[k] for k in classes.tolist()]
-        s = placement.score_nodes_arrays(intent, views, None, config.dmug)
-        fits = s.fits[inverse]
+        table = cache if cache is not None else {}
+        class_list = classes.tolist()
+        missing = [c for c in class_list if c not in table]
+        if missing:
+            table.update(_score_classes(intent, missing, columns, config))
+        scored = [table[c] for c in class_list]
+        fits = np.array([e.fits for e in scored], dtype=bool)[inverse]
         ok = where[fits]
         outcome[ok] = OK
         reason[ok] = -1
-        score[ok] = s.score[inverse][fits]
-        slack[where] = s.slack_ms[inverse]
-        risk[where] = s.deadline_risk[inverse]
-        units[where] = s.units[inverse]
+        score[ok] = np.array([e.score for e in scored], dtype=np.int64)[inverse][fits]
+        slack[where] = np.array([e.slack_ms for e in scored])[inverse]
+        risk[where] = np.array([e.deadline_risk for e in scored])[inverse]
+        units[where] = np.array([e.units for e in scored], dtype=np.int64)[inverse]
         if not fits.all():
-            class_reason = np.full(len(classes), -1, dtype=np.int64)
-            for j in np.flatnonzero(~s.fits).tolist():
-                class_reason[j] = len(reasons)
-                code = int(s.reason_code[j])
-                reasons.append(
-                    placement._reason(
-                        code, intent, views[j], int(s.units[j]), int(s.level[j]), s, j
-                    )
-                )
+            class_outcome = np.empty(len(scored), dtype=np.int8)
+            class_reason = np.full(len(scored), -1, dtype=np.int64)
+            for j, e in enumerate(scored):
+                class_outcome[j] = e.outcome
+                if not e.fits:
+                    class_reason[j] = len(reasons)
+                    reasons.append(e.reason)
             bad = where[~fits]
-            bad_codes = s.reason_code[inverse][~fits]
-            outcome[bad] = np.where(
-                np.isin(bad_codes, list(UNRESOLVABLE_CODES)), UNRESOLVABLE, FAILED
-            )
+            outcome[bad] = class_outcome[inverse][~fits]
             reason[bad] = class_reason[inverse][~fits]
     return Verdicts(outcome, score, reason, reasons, lane, lanes, slack, risk, units)

@@ -31,7 +31,16 @@ from .metrics import ExtenderMetrics
 from .nodeview import Binding, ClusterView
 from .podintent import NO_INTENT, PodIntent, pod_intent
 from .protocol import ExtenderArgs, ExtenderBindingArgs, ExtenderPreemptionArgs
-from .scoring import FAILED, OK, UNRESOLVABLE, NodeDecision, ScoringConfig, decide
+from .scoring import (
+    FAILED,
+    OK,
+    UNRESOLVABLE,
+    ClassScores,
+    NodeDecision,
+    ScoringConfig,
+    Verdicts,
+    decide,
+)
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +73,21 @@ class Extender:
         self._pods: OrderedDict[str, IntentSpec] = OrderedDict()  # uid or ns/name -> intent
         self._pod_cache_size = pod_cache_size
         self._bind_lock = threading.Lock()
+        self._class_scores: OrderedDict[IntentSpec, ClassScores] = OrderedDict()
+
+    def scores_for(self, spec: IntentSpec) -> ClassScores:
+        """The per-class score cache of an intent; replicas (same intent but id and name) share."""
+        key = replace(spec, id="", name="", node="", seq=0)
+        table = self._class_scores.get(key)
+        if table is None:
+            table = {}
+            self._class_scores[key] = table
+            while len(self._class_scores) > 256:
+                self._class_scores.popitem(last=False)
+        return table
+
+    def _decide(self, spec: IntentSpec, rows: np.ndarray) -> Verdicts:
+        return decide(spec, rows, self.view.columns, self.config, self.scores_for(spec))
 
     @property
     def bind_mode(self) -> str:
@@ -91,7 +115,7 @@ class Extender:
         """The candidates' rows in the node view; a NodeList teaches the view its nodes first."""
         if args.nodes is not None:
             self.view.learn(args.heads)
-        return self.view.rows_of(args.candidate_names())
+        return self.view.columns.candidates(args.candidate_names(), args.names_key).rows
 
     # --- filter -----------------------------------------------------------------------------
 
@@ -121,7 +145,7 @@ class Extender:
                 return FilterOutcome(list(range(len(names))), {}, {}, found)
             self.metrics.filter_nodes.labels("unresolvable").inc(len(names))
             return FilterOutcome([], {}, {n: found.error for n in names}, found)
-        verdicts = decide(found.spec, rows, self.view.columns, self.config)
+        verdicts = self._decide(found.spec, rows)
         kept = np.flatnonzero(verdicts.outcome == OK).tolist()
         failed = verdicts.failures(names, FAILED)
         unresolvable = verdicts.failures(names, UNRESOLVABLE)
@@ -138,7 +162,7 @@ class Extender:
         found = self._intent(args.pod, "prioritize")
         if args.nodes is not None:
             self.view.learn(args.heads)
-        entry = self.view.columns.candidates(names)
+        entry = self.view.columns.candidates(names, args.names_key)
         if found.spec is None:
             scores = [protocol.MIN_EXTENDER_PRIORITY] * len(names)
         else:
@@ -150,7 +174,7 @@ class Extender:
     def prioritize_rows(self, found: PodIntent, rows: np.ndarray) -> list[int]:
         if found.spec is None:
             return [protocol.MIN_EXTENDER_PRIORITY] * len(rows)
-        verdicts = decide(found.spec, rows, self.view.columns, self.config)
+        verdicts = self._decide(found.spec, rows)
         return np.where(verdicts.outcome == OK, verdicts.score, 0).tolist()
 
     # --- bind -------------------------------------------------------------------------------
@@ -195,7 +219,7 @@ class Extender:
         return protocol.encode_binding_result("")
 
     def check_node(self, spec: IntentSpec, node: str) -> NodeDecision:
-        return decide(spec, self.view.rows_of([node]), self.view.columns, self.config).at(0, node)
+        return self._decide(spec, self.view.rows_of([node])).at(0, node)
 
     # --- preempt ----------------------------------------------------------------------------
 
@@ -207,7 +231,7 @@ class Extender:
             victims = {} if found.present else args.victims
             return protocol.encode_preemption_result(victims)
         names = list(args.victims)
-        verdicts = decide(found.spec, self.view.rows_of(names), self.view.columns, self.config)
+        verdicts = self._decide(found.spec, self.view.rows_of(names))
         outcomes = verdicts.outcome.tolist()
         kept = {
             name: args.victims[name]
