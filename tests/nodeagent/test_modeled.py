@@ -2,16 +2,29 @@
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
 import pytest
 
 from experiments.model.params import load_model_params
-from parfusion.v1 import intent_pb2, telemetry_pb2
+from parfusion.v1 import (
+    allocator_pb2,
+    allocator_pb2_grpc,
+    intent_pb2,
+    nodeagent_pb2,
+    nodeagent_pb2_grpc,
+    telemetry_pb2,
+)
+from services.allocator.server import start_allocator
+from services.common.clients import channel
+from services.common.config import build_settings
 from services.common.errors import FailedPrecondition, InvalidArgument
 from services.nodeagent.backend import BACKENDS, BackendOptions
 from services.nodeagent.modeled import ModeledBackend
+from services.nodeagent.server import start_nodeagent
+from tests.conftest import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -162,20 +175,6 @@ def test_long_silence_catches_up_without_simulating_hours(
 
 @pytest.mark.integration
 def test_allocator_plans_on_the_modeled_node_over_grpc(home: Path) -> None:
-    import os
-
-    from parfusion.v1 import (
-        allocator_pb2,
-        allocator_pb2_grpc,
-        nodeagent_pb2,
-        nodeagent_pb2_grpc,
-    )
-    from services.allocator.server import start_allocator
-    from services.common.clients import channel
-    from services.common.config import build_settings
-    from services.nodeagent.server import start_nodeagent
-    from tests.conftest import free_port
-
     agent_port = free_port()
     agent = start_nodeagent(
         build_settings(
