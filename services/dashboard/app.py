@@ -116,7 +116,13 @@ def create_app(settings: ServiceSettings) -> Starlette:
         observer = Observer(
             clients, timeline, refresh_s=settings.get_float("refresh_ms", 1000.0) / 1000.0
         )
-        demo = GuidedDemo(clients, timeline, demo_config(settings), on_change=observer.nudge)
+        demo = GuidedDemo(
+            clients,
+            timeline,
+            demo_config(settings),
+            on_change=observer.nudge,
+            observed=lambda: views.summary(observer.snapshot, timeline, time.time()),
+        )
         app.state.dashboard = Dashboard(
             settings=settings,
             clients=clients,

@@ -95,12 +95,19 @@ class StageRecord:
 
 
 class GuidedDemo:
-    def __init__(self, clients: ServiceClients, timeline: Timeline, config: DemoConfig,
-                 on_change: Callable[[], None] = lambda: None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        clients: ServiceClients,
+        timeline: Timeline,
+        config: DemoConfig,
+        on_change: Callable[[], None] = lambda: None,
+        observed: Callable[[], str] = lambda: "",
+    ) -> None:
         self.clients = clients
         self.timeline = timeline
         self.config = config
         self.on_change = on_change
+        self.observed = observed  # one line of what the services report now, closing each stage
         self.status = "idle"  # idle, running, done, stopped
         self.started_at: float | None = None
         self.stage_index = -1
@@ -193,6 +200,9 @@ class GuidedDemo:
                 remaining = self.config.stage_seconds - (time.time() - record.started_at)
                 if remaining > 0:
                     await asyncio.sleep(remaining)
+                seen = self.observed()
+                if seen:
+                    record.outcomes.append(f"at the end: {seen}")
             self.status = "done"
             self.timeline.note(time.time(), "stage", "guided demo done")
         finally:
@@ -264,7 +274,7 @@ class GuidedDemo:
         return [outcome]
 
     async def _recovery(self) -> list[str]:
-        return ["holding: disturbance expires, urgent task completes, mission resumes"]
+        return ["holding while the disturbance expires and the mission resumes"]
 
     async def _seed_intents(self) -> str:
         listing = await self.clients.list_intents()

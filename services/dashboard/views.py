@@ -259,6 +259,25 @@ def robot(snapshot: Snapshot, timeline: Timeline, now: float, window_s: float) -
     }
 
 
+def summary(snapshot: Snapshot, timeline: Timeline, now: float) -> str:
+    """One line of the measured state: what a demo stage led to, in the services' own numbers."""
+    c = cockpit(snapshot, timeline, now)
+    parts = [
+        f"{p.name} p99 {p.p99_ms:.0f}/{p.deadline_ms:.0f} ms {p.degradation}" for p in c["online"]
+    ]
+    if c["miss_pct"] is not None:
+        parts.append(f"misses {c['miss_pct']:.1f}%")
+    if c["contention"] is not None:
+        parts.append(f"contention {c['contention']:.0%}")
+    bridge, _ = _value(snapshot, "bridge")
+    if isinstance(bridge, dict) and bridge.get("state"):
+        parts.append(f"robot {bridge['state']}")
+    node_value, _ = _value(snapshot, "nodeagent")
+    if node_value is not None and node_value.telemetry.disturbance_remaining_s > 0:
+        parts.append("disturbance active")
+    return ", ".join(parts)
+
+
 def services(snapshot: Snapshot, addresses: dict[str, str]) -> list[dict[str, Any]]:
     out = []
     for name, address in addresses.items():

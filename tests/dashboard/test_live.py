@@ -129,6 +129,8 @@ def test_guided_demo_drives_the_allocator_and_reports_what_failed(
         assert policies[-2:] == ["baseline", "parfusion"]
         demo = client.get("/partials/demo").text
         assert "SetPolicy baseline (was parfusion)" in demo
+        ends = re.findall(r'class="outcome">at the end: ([^<]*)<', demo)
+        assert len(ends) == 5 and all("contention" in e and " p99 " in e for e in ends), ends
         assert (
             f"robot mission not started: bridge unreachable at {settings.get_str('bridge_url')}"
             in demo
