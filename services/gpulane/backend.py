@@ -88,6 +88,7 @@ def lazy(target: str) -> LaneLoadFactory:
 # One line per source, e.g. "modeled": lazy("services.gpulane.modeled:ModeledLaneLoad").
 REGISTRY: dict[str, LaneLoadFactory] = {
     "nvml": NvmlLaneLoad,
+    "modeled": lazy("services.gpulane.modeled:ModeledLaneLoad"),
 }
 
 
