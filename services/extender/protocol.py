@@ -208,6 +208,27 @@ def _required_pod(fields: dict[str, msgspec.Raw]) -> Pod:
     return pod
 
 
+_HEAD_CACHE_LIMIT = 20_000
+_head_cache: dict[bytes, NodeHead] = {}
+
+
+def _heads(items: list[msgspec.Raw]) -> list[NodeHead]:
+    """Each node's head, decoded once per distinct node object: kube-scheduler resends the same
+    Node bytes cycle after cycle (they change with status updates, every few minutes)."""
+    cache = _head_cache
+    out = []
+    for item in items:
+        key = bytes(item)
+        head = cache.get(key)
+        if head is None:
+            head = _node_head.decode(key)
+            if len(cache) >= _HEAD_CACHE_LIMIT:
+                cache.clear()
+            cache[key] = head
+        out.append(head)
+    return out
+
+
 class _ExactArgs(msgspec.Struct):
     """ExtenderArgs with the Go field names exactly as kube-scheduler writes them: one scan."""
 
@@ -244,9 +265,8 @@ def decode_extender_args(body: bytes) -> ExtenderArgs:
     heads: list[NodeHead] = []
     if nodes is not None:
         nodes.items = nodes.items or []
-        decode_head = _node_head.decode
         try:
-            heads = [decode_head(item) for item in nodes.items]
+            heads = _heads(nodes.items)
         except msgspec.ValidationError:
             heads = [
                 _decode(_node_head, item, f"Nodes.items[{i}]") for i, item in enumerate(nodes.items)

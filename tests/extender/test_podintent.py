@@ -69,3 +69,19 @@ def test_invalid_intents_carry_the_validation_message() -> None:
 def test_intent_name_from_long_dotted_pod_names() -> None:
     assert intent_name("web.frontend-7d9f") == "web-frontend-7d9f"
     assert len(intent_name("a" * 100)) == 63
+
+
+def test_replicas_share_one_validation_but_keep_their_own_id_and_name() -> None:
+    a = pod_intent(
+        msgspec.convert(samples.pod_object("web-1", uid="uid-1", intent=samples.ONLINE_INTENT), Pod)
+    )
+    b = pod_intent(
+        msgspec.convert(samples.pod_object("web-2", uid="uid-2", intent=samples.ONLINE_INTENT), Pod)
+    )
+    assert a.spec is not None and b.spec is not None
+    assert (a.spec.id, b.spec.id) == ("uid-1", "uid-2")
+    # the annotation names the intent ("detector"); without a name the pod's name is used
+    assert a.spec.name == b.spec.name == "detector"
+    unnamed = {k: v for k, v in samples.ONLINE_INTENT.items() if k != "name"}
+    c = pod_intent(msgspec.convert(samples.pod_object("web-3", uid="uid-3", intent=unnamed), Pod))
+    assert c.spec is not None and c.spec.name == "web-3" and c.spec.id == "uid-3"
