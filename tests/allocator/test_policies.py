@@ -210,3 +210,45 @@ def test_loadbalance_spreads_evenly():
     ]
     r = get_policy("loadbalance-only").allocate(PlanInput(intents=intents, node=node(8)))
     assert sorted(d.units for d in r.decisions) == [2, 3, 3]
+
+
+def test_gpu_shares_per_lane():
+    lanes = (LaneCapacity("infer", (0,), 100), LaneCapacity("gone", ()))
+    n = NodeState(name="n", cpu_units=16, cpu_ids=tuple(range(16)), lanes=lanes)
+    specs = [
+        IntentSpec(id="a", name="a", workload_class="ONLINE", deadline_ms=500, gpu_lane="infer",
+                   seq=1),
+        IntentSpec(id="b", name="b", workload_class="ROBOT", deadline_ms=500, gpu_lane="infer",
+                   seq=2),
+        IntentSpec(id="t", name="t", workload_class="BATCH", gpu_lane="infer", gpu_share=0.3,
+                   seq=3),
+        IntentSpec(id="g", name="g", workload_class="BATCH", gpu_lane="gone", gpu_share=0.3,
+                   seq=4),
+    ]  # fmt: skip
+    r = get_policy("parfusion").allocate(PlanInput(intents=specs, node=n)).by_id()
+    # two deadline users and one batch user share the one GPU: a third each for deadline work
+    assert r["a"].gpu_share_percent == pytest.approx(100 / 3)
+    assert r["b"].gpu_share_percent == pytest.approx(100 / 3)
+    assert r["t"].gpu_share_percent == 30  # capped at its request
+    assert r["a"].stream_priority == 1 and r["t"].stream_priority == 0
+    assert r["g"].gpu_lane == "" and r["g"].gpu_share_percent == 0
+    assert "GPU lane gone unavailable" in r["g"].reason
+
+
+def test_batch_yields_only_while_deadline_work_can_be_helped():
+    batch = IntentSpec(id="t", name="t", workload_class="BATCH", priority=400, seq=1)
+    hopeless = IntentSpec(id="h", name="h", workload_class="ONLINE", deadline_ms=1,
+                          base_service_ms=100, max_units=2, seq=2)  # fmt: skip
+    n = NodeState(name="n", cpu_units=4, cpu_ids=tuple(range(4)))
+    r = get_policy("parfusion").allocate(PlanInput(intents=[batch, hopeless], node=n)).by_id()
+    assert r["h"].state == "THROTTLED"
+    assert r["t"].sched_policy == "batch" and 10 <= r["t"].nice < 19
+    short = IntentSpec(id="s", name="s", workload_class="ONLINE", deadline_ms=30,
+                       base_service_ms=100, max_units=8, seq=3)  # fmt: skip
+    held = IntentSpec(id="t", name="t", workload_class="BATCH", priority=400, elastic=False, seq=1)
+    prev = {"t": Decision("t", 3)}
+    six = NodeState(name="n", cpu_units=6, cpu_ids=tuple(range(6)))
+    state = PlanInput(intents=[held, short], node=six, previous=prev, tick=9)
+    r = get_policy("parfusion").allocate(state).by_id()
+    assert "needs" in r["s"].reason and r["s"].state == "THROTTLED"
+    assert r["t"].sched_policy == "idle" and r["t"].nice == 19 and r["t"].cpu_weight == 1

@@ -81,8 +81,9 @@ def cpu_sets(table: IntentTable, plan: UnitPlan, cpu_ids: tuple[int, ...], capac
 
 def gpu_shares(table: IntentTable, plan: UnitPlan, lanes: tuple[LaneCapacity, ...], rank):
     """Lane and share units per intent: deadline work takes its requested share first (least
-    slack first), then batch shares the rest by weighted log utility (gain w/(k+1) per unit),
-    water-filled like the units. Returns (lane name, share units, note) per intent."""
+    slack first; an equal split of the lane when it asked none), then batch shares the rest by
+    weighted log utility (gain w/(k+1) per unit), water-filled like the units, each capped at its
+    request. Returns (lane name, share units, note) per intent."""
     n = table.n
     lane_of = [""] * n
     share = np.zeros(n)
@@ -96,6 +97,9 @@ def gpu_shares(table: IntentTable, plan: UnitPlan, lanes: tuple[LaneCapacity, ..
     rest = [i for i in users[np.argsort(rank[users], kind="stable")].tolist()]
     seen = set(in_order)
     ordered = in_order + [i for i in rest if i not in seen]
+    # lanes: the requested one, else the one with most share units not yet spoken for
+    provisional = dict(left)
+    users_on: dict[str, int] = dict.fromkeys(available, 0)
     for i in ordered:
         spec = table.specs[i]
         if spec.gpu_lane:
@@ -103,16 +107,22 @@ def gpu_shares(table: IntentTable, plan: UnitPlan, lanes: tuple[LaneCapacity, ..
                 note[i] = f"; GPU lane {spec.gpu_lane} unavailable"
                 continue
             lane_of[i] = spec.gpu_lane
-        elif left:
-            lane_of[i] = max(sorted(left), key=lambda name: left[name])
+        elif provisional:
+            lane_of[i] = max(sorted(provisional), key=lambda name: provisional[name])
         else:
             note[i] = "; no GPU lane available"
             continue
-        if table.has_deadline[i]:
-            want = spec.gpu_share * 100.0 or left[lane_of[i]]
-            got = min(want, left[lane_of[i]])
+        provisional[lane_of[i]] -= spec.gpu_share * 100.0
+        users_on[lane_of[i]] += 1
+    # deadline work first: its requested share, or an equal split of the lane when it asked none
+    for i in ordered:
+        lane = lane_of[i]
+        if lane and table.has_deadline[i]:
+            fair = available[lane].share_units / max(users_on[lane], 1)
+            want = table.specs[i].gpu_share * 100.0 or fair
+            got = min(want, left[lane])
             share[i] = got
-            left[lane_of[i]] -= got
+            left[lane] -= got
     for name in sorted(available):
         rows = [i for i in ordered if lane_of[i] == name and not table.has_deadline[i]]
         budget = int(left[name])
@@ -221,7 +231,11 @@ def decide(
     running = units > 0
     deadline = table.has_deadline
     risk_threshold = state.config.risk_threshold
-    at_risk = bool((deadline & running & (plan.risk > risk_threshold)).any())
+    # deadline work at risk that CPU could still help (not work out of reach at any units)
+    helpable = plan.outcome != UNREACHABLE
+    at_risk = bool((deadline & running & helpable & (plan.risk > risk_threshold)).any()) or bool(
+        (plan.outcome == SHORT).any()
+    )
     why = reasons(table, plan, policy)
 
     if knobs.cross_layer:
