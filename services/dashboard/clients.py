@@ -9,8 +9,10 @@ panel can show, that the service is unreachable at its address.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -85,6 +87,8 @@ class ServiceClients:
         self.allocator = allocator_pb2_grpc.AllocatorServiceStub(self._channels["allocator"])
         self.nodeagent = nodeagent_pb2_grpc.NodeAgentServiceStub(self._channels["nodeagent"])
         self.gpulane = gpulane_pb2_grpc.GpuLaneServiceStub(self._channels["gpulane"])
+        # its own threads: a poll of seven calls plus previews never queue behind other work
+        self._threads = ThreadPoolExecutor(max_workers=16, thread_name_prefix="dashboard-rpc")
         headers = {"authorization": f"Bearer {token}"} if token else {}
         self.http = httpx.AsyncClient(timeout=httpx.Timeout(timeout_s), headers=headers)
 
@@ -92,6 +96,7 @@ class ServiceClients:
         await self.http.aclose()
         for ch in self._channels.values():
             ch.close()
+        self._threads.shutdown(wait=False, cancel_futures=True)
 
     def address(self, service: str) -> str:
         return {
@@ -105,7 +110,8 @@ class ServiceClients:
     async def _rpc(self, service: str, fn: Callable[..., T], request: Any) -> Reading[T]:
         address = self.address(service)
         try:
-            value = await asyncio.to_thread(fn, request, timeout=self.timeout_s)
+            call = functools.partial(fn, request, timeout=self.timeout_s)
+            value = await asyncio.get_running_loop().run_in_executor(self._threads, call)
         except grpc.RpcError as exc:
             return Reading(service, address, error=describe_rpc_error(service, address, exc))
         return Reading(service, address, value=value)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -105,3 +106,25 @@ def test_actions_need_the_htmx_header_and_the_token_when_one_is_set(
         assert unlocked.status_code == 303 and "httponly" in unlocked.headers["set-cookie"].lower()
         assert client.post("/actions/demo/stop", headers=HTMX).status_code == 200
         assert "Buttons are locked" not in client.get("/").text
+
+
+def test_a_service_that_accepts_but_never_answers_costs_one_timeout_not_a_hang(
+    dashboard_settings: Callable[..., ServiceSettings],
+) -> None:
+    with socket.socket() as silent:  # listens, never speaks HTTP/2 or HTTP
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)
+        host, port = silent.getsockname()
+        settings = dashboard_settings(
+            allocator_address=f"{host}:{port}", bridge_url=f"http://{host}:{port}"
+        )
+        with TestClient(create_app(settings)) as client:
+            started = time.monotonic()
+            for panel in ("allocator", "robot", "cockpit"):
+                assert client.get(f"/partials/{panel}").status_code == 200
+            preview = client.get("/partials/preview?cpu=0.5").text
+            assert time.monotonic() - started < 2.0
+            assert f"allocator unreachable at {host}:{port}" in preview
+            assert (
+                f"bridge unreachable at http://{host}:{port}" in client.get("/partials/robot").text
+            )
