@@ -8,6 +8,7 @@ how fast it reacted to each event; baseline runs beside it for contrast.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -16,11 +17,27 @@ from experiments.suite import ExperimentSpec, run_experiment, write_json
 
 SPEC = ExperimentSpec(name="dynamic", scenario="dynamic", policies=("baseline", "parfusion"))
 MAX_CHANGE_ROWS = 60
+MAX_LISTED = 6
+
+
+def _units(n: int) -> str:
+    return f"{n} unit" if n == 1 else f"{n} units"
+
+
+def level_changes(result: dict[str, Any]) -> str:
+    """How often each intent's degradation level changed: many changes in a short window mean
+    the controller flapped between levels."""
+    counts: dict[str, int] = {}
+    for d in result["degradation_decisions"]:
+        counts[d["intent"]] = counts.get(d["intent"], 0) + 1
+    return ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "none"
 
 
 def _window_p99(result: dict[str, Any], start: float, end: float) -> float:
+    """Worst per-second online p99 over the whole seconds [s, s + 1) inside [start, end)."""
     tl = result["timeline"]
-    vals = [v for s, v in zip(tl["second"], tl["online_p99_ms"], strict=True) if start <= s < end]
+    pairs = zip(tl["second"], tl["online_p99_ms"], strict=True)
+    vals = [v for s, v in pairs if s >= start - 1e-9 and s + 1 <= end + 1e-9]
     return max(vals) if vals else 0.0
 
 
@@ -46,22 +63,25 @@ def reactions(doc: dict[str, Any], policy: str) -> list[str]:
                 if n != urgent and given[n] < before.get(n, 0)
             ]
             out.append(
-                f"{policy}: the urgent event at {e['at_s']:.2f} s got {units[first]} units at the "
+                f"{policy}: the urgent event at {e['at_s']:.2f} s got {_units(units[first])} at the "
                 f"tick of {tl['t_s'][first]:.2f} s ({(tl['t_s'][first] - e['at_s']) * 1000:.0f} ms "
                 f"later); units taken: {', '.join(lost) if lost else 'none (free units)'}."
             )
         elif e["kind"] == "disturbance":
             start, end = e["at_s"], e["at_s"] + e["duration_s"]
-            during = _window_p99(res, start, end)
+            during = _window_p99(res, math.ceil(start), end)
             before = _window_p99(res, max(0.0, start - e["duration_s"]), start)
             decisions = [d for d in res["degradation_decisions"] if start <= d["t_s"] <= end + 1]
             steps = ", ".join(
-                f"{d['intent']} {d['from']}->{d['to']} at {d['t_s']:.2f} s" for d in decisions
+                f"{d['intent']} {d['from']}->{d['to']} at {d['t_s']:.2f} s"
+                for d in decisions[:MAX_LISTED]
             )
+            if len(decisions) > MAX_LISTED:
+                steps += f" and {len(decisions) - MAX_LISTED} more (table below)"
             out.append(
                 f"{policy}: worst online p99 per second was {before:.1f} ms before the disturbance "
-                f"and {during:.1f} ms during it; degradation decisions in the window: "
-                f"{steps or 'none'}."
+                f"and {during:.1f} ms during it; {len(decisions)} degradation decisions in the "
+                f"window{': ' + steps if steps else ''}."
             )
     return out
 
@@ -74,6 +94,10 @@ def findings(doc: dict[str, Any]) -> list[str]:
     ]
     for policy in doc["policies"]:
         out.extend(reactions(doc, policy))
+        out.append(
+            f"{policy}: degradation level changes per intent over the run: "
+            f"{level_changes(res[policy])}."
+        )
     return out
 
 
@@ -88,8 +112,11 @@ def sections(doc: dict[str, Any]) -> list[str]:
         lines += [
             f"| {d['t_s']:.2f} | {d['intent']} | {d['from']} | {d['to']} | "
             f"{d['predicted_p99_ms']:.1f} | {d['reason']} |"
-            for d in res["degradation_decisions"]
+            for d in res["degradation_decisions"][:MAX_CHANGE_ROWS]
         ]
+        extra = len(res["degradation_decisions"]) - MAX_CHANGE_ROWS
+        if extra > 0:
+            lines.append(f"\n{extra} more degradation decisions are in the JSON.")
     else:
         lines.append("parfusion made no degradation decision in this run.")
     changes = res["decision_changes"]

@@ -112,6 +112,21 @@ def table(doc: dict[str, Any]) -> str:
     return "\n".join(rows)
 
 
+def per_intent_table(doc: dict[str, Any]) -> str:
+    """p99 and miss % of every deadline intent under every policy."""
+    names = sorted({i for p in doc["policies"] for i in doc["results"][p]["per_intent"]})
+    head = "| policy | " + " | ".join(f"{n} p99 ms / miss %" for n in names) + " |"
+    rows = [head, "|---|" + "---:|" * len(names)]
+    for policy in doc["policies"]:
+        per = doc["results"][policy]["per_intent"]
+        cells = [
+            f"{per[n]['p99_ms']:.1f} / {per[n]['miss_pct']:.2f}" if n in per else "n/a"
+            for n in names
+        ]
+        rows.append(f"| `{policy}` | " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
 # -- figures -------------------------------------------------------------------------------
 
 
@@ -245,6 +260,10 @@ def render(
         "too long; urgent response time is from the event to the first completed urgent "
         "request; preemptions count intents starting to lose units to urgent work; "
         "degradations count steps down the NORMAL -> FP16 -> INT8 ladder.",
+        "",
+        "Per deadline intent:",
+        "",
+        per_intent_table(doc),
         "",
         "## Findings (generated from the numbers above)",
         "",
