@@ -92,7 +92,8 @@ _NUMERIC = (
     "seq",
 )
 _OTHER = ("id", "workload_class", "gpu_lane", "gpu_share", "degradation", "preemptible", "elastic")
-_SPEC_FIELDS = operator.attrgetter(*(_NUMERIC + _OTHER))
+_NUMERIC_GETTERS = tuple(operator.attrgetter(name) for name in _NUMERIC)
+_OTHER_GETTERS = tuple(operator.attrgetter(name) for name in _OTHER)
 
 
 def _ladder_bits(ladder: tuple[str, ...]) -> tuple[bool, bool, bool]:
@@ -187,14 +188,11 @@ def build_table(state: PlanInput, use_predictor: bool = True) -> IntentTable:
     specs = state.intents
     n = len(specs)
     capacity = max(int(state.node.cpu_units), 0)
-    nn = len(_NUMERIC)
-    if n:
-        cols = list(zip(*map(_SPEC_FIELDS, specs), strict=True))
-        num = np.array(cols[:nn], dtype=np.float64)
-        ids, classes, lanes, shares, ladders, preemptible, elastic = cols[nn:]
-    else:
-        num = np.zeros((nn, 0))
-        ids = classes = lanes = shares = ladders = preemptible = elastic = ()
+    # one C-level pass per column (map + attrgetter) beats a per-intent tuple and a transpose
+    num = [np.fromiter(map(get, specs), np.float64, n) for get in _NUMERIC_GETTERS]
+    ids, classes, lanes, shares, ladders, preemptible, elastic = (
+        list(map(get, specs)) for get in _OTHER_GETTERS
+    )
     prio, deadline, mn, mx, pref, f, base, arrival, seq = num
     cls = np.fromiter(map(Z_CLASS.get, classes, [BATCH] * n), dtype=np.int8, count=n)
     f = np.minimum(np.maximum(f, 0.0), 1.0)
@@ -202,8 +200,8 @@ def build_table(state: PlanInput, use_predictor: bool = True) -> IntentTable:
     mn = np.maximum(mn, 1)
     cap = np.where(mx > 0, np.minimum(mx, capacity), capacity)
     mn = np.minimum(mn, np.maximum(cap, 1))
-    uses_gpu = (np.array(lanes, dtype=bool) if n else np.zeros(0, bool)) | (
-        np.array(shares, dtype=np.float64) > 0
+    uses_gpu = np.array(lanes, dtype=bool).reshape(n) | (
+        np.array(shares, np.float64).reshape(n) > 0
     )
     network_bound = ((cls == ONLINE) | (cls == ROBOT)).astype(np.float64)
     inflation = latency_inflation(
@@ -250,8 +248,8 @@ def build_table(state: PlanInput, use_predictor: bool = True) -> IntentTable:
         inflation=np.asarray(inflation, dtype=np.float64) * np.ones(n),
         uses_gpu=uses_gpu,
         ladder=ladder,
-        preemptible=np.array(preemptible, dtype=bool),
-        elastic=np.array(elastic, dtype=bool),
+        preemptible=np.array(preemptible, dtype=bool).reshape(n),
+        elastic=np.array(elastic, dtype=bool).reshape(n),
         seq=seq,
         prev_units=prev_units,
         prev_since=prev_since,
