@@ -142,55 +142,61 @@ def gpu_shares(table: IntentTable, plan: UnitPlan, lanes: tuple[LaneCapacity, ..
 
 
 def reasons(table: IntentTable, plan: UnitPlan, policy: str) -> list[str]:
-    """One human-readable reason per intent, from the outcome code and the numbers behind it."""
-    out = []
-    names = [s.name for s in table.specs]
-    columns = zip(
-        plan.units.tolist(),
-        plan.outcome.tolist(),
-        plan.need.tolist(),
-        plan.level.tolist(),
-        plan.predicted_p99_ms.tolist(),
-        table.deadline.tolist(),
-        table.cap.tolist(),
-        plan.preempted_units.tolist(),
-        plan.preempted_by.tolist(),
-        plan.free_at_ask.tolist(),
-        table.has_deadline.tolist(),
-        strict=True,
-    )
-    nmu = plan.nmu.tolist()
-    min_units = table.min_units.tolist()
-    for i, (u, oc, need, lvl, p99, d, cap, lost, by, free, dl) in enumerate(columns):
-        if lost > 0:
-            who = names[by] if by >= 0 else "work"
-            out.append(f"preempted: {lost} units taken by urgent {who}")
-        elif oc == MET:
-            extra = f"; +{u - need} from marginal-utility phase" if u > need else ""
-            out.append(f"deadline phase: {need} units meet {d:g} ms (pred p99 {p99:.1f} ms){extra}")
-        elif oc == MET_DEGRADED:
-            lv = DEGRADATION_ORDER[lvl]
-            out.append(
-                f"degraded to {lv}: {d:g} ms unreachable at {cap} units at NORMAL; "
-                f"{u} units meet it at {lv} (pred p99 {p99:.1f} ms)"
-            )
-        elif oc == UNREACHABLE:
-            out.append(
-                f"at risk: {d:g} ms unreachable even at {cap} units "
-                f"({DEGRADATION_ORDER[lvl]}); running {u} units (pred p99 {p99:.1f} ms)"
-            )
-        elif oc == SHORT:
-            out.append(f"at risk: needs {need} units for {d:g} ms, {free} free; running {u}")
-        elif oc == NOT_ADMITTED or u == 0:
-            out.append(f"not admitted: needs {min_units[i]} units, {free} free")
-        elif oc == FIXED:
-            out.append(f"{policy}: holds {u} units from its first allocation")
-        elif oc == WAS_PREEMPTED:
-            out.append("preempted by urgent work")
-        elif oc == BATCH_ADMITTED and dl:
-            out.append(f"{policy}: {u} units (pred p99 {p99:.1f} ms for {d:g} ms)")
-        else:
-            out.append(f"{policy}: {u} units (next-unit nmu {nmu[i]:.3g})")
+    """One human-readable reason per intent, from the outcome code and the numbers behind it.
+
+    Built one outcome group at a time (a comprehension per template) rather than one branch chain
+    per intent: at 10,000 intents the formatting is a visible part of the tick.
+    """
+    n = table.n
+    out: list[str] = [""] * n
+    units, need, lvl = plan.units, plan.need, plan.level
+    lost = plan.preempted_units
+    outcome = np.where(lost > 0, WAS_PREEMPTED, plan.outcome)
+    outcome = np.where((outcome == BATCH_ADMITTED) & (units == 0), NOT_ADMITTED, outcome)
+    outcome = np.where((outcome == BATCH_ADMITTED) & table.has_deadline, -1, outcome)
+    levels = DEGRADATION_ORDER
+
+    def group(code: int, *cols: np.ndarray):
+        idx = np.flatnonzero(outcome == code)
+        return idx.tolist(), zip(*(c[idx].tolist() for c in cols), strict=True)
+
+    p99, d, cap = plan.predicted_p99_ms, table.deadline, table.cap
+    idx, rows = group(WAS_PREEMPTED, lost, plan.preempted_by)
+    names = [sp.name for sp in table.specs]
+    for i, (gone, by) in zip(idx, rows, strict=True):
+        who = names[by] if by >= 0 else "work"
+        out[i] = f"preempted: {gone} units taken by urgent {who}"
+    idx, rows = group(MET, need, d, p99, units - need)
+    for i, (nd, dd, pp, extra) in zip(idx, rows, strict=True):
+        tail = f"; +{extra} from marginal-utility phase" if extra > 0 else ""
+        out[i] = f"deadline phase: {nd} units meet {dd:g} ms (pred p99 {pp:.1f} ms){tail}"
+    idx, rows = group(MET_DEGRADED, d, cap, units, lvl, p99)
+    for i, (dd, cc, uu, lv, pp) in zip(idx, rows, strict=True):
+        out[i] = (
+            f"degraded to {levels[lv]}: {dd:g} ms unreachable at {cc} units at NORMAL; "
+            f"{uu} units meet it at {levels[lv]} (pred p99 {pp:.1f} ms)"
+        )
+    idx, rows = group(UNREACHABLE, d, cap, lvl, units, p99)
+    for i, (dd, cc, lv, uu, pp) in zip(idx, rows, strict=True):
+        out[i] = (
+            f"at risk: {dd:g} ms unreachable even at {cc} units ({levels[lv]}); "
+            f"running {uu} units (pred p99 {pp:.1f} ms)"
+        )
+    idx, rows = group(SHORT, need, d, plan.free_at_ask, units)
+    for i, (nd, dd, fr, uu) in zip(idx, rows, strict=True):
+        out[i] = f"at risk: needs {nd} units for {dd:g} ms, {fr} free; running {uu}"
+    idx, rows = group(NOT_ADMITTED, table.min_units, plan.free_at_ask)
+    for i, (mn, fr) in zip(idx, rows, strict=True):
+        out[i] = f"not admitted: needs {mn} units, {fr} free"
+    idx, rows = group(FIXED, units)
+    for i, (uu,) in zip(idx, rows, strict=True):
+        out[i] = f"{policy}: holds {uu} units from its first allocation"
+    idx, rows = group(-1, units, p99, d)
+    for i, (uu, pp, dd) in zip(idx, rows, strict=True):
+        out[i] = f"{policy}: {uu} units (pred p99 {pp:.1f} ms for {dd:g} ms)"
+    idx, rows = group(BATCH_ADMITTED, units, plan.nmu)
+    for i, (uu, nm) in zip(idx, rows, strict=True):
+        out[i] = f"{policy}: {uu} units (next-unit nmu {nm:.3g})"
     return out
 
 
