@@ -242,6 +242,9 @@ class WorkerPool:
                         "worker lost; task requeued",
                         extra={"pid": worker.pid, "pool": self.intent_id},
                     )
+                    with self._lock:
+                        if slot in self._slots:
+                            self._slots.remove(slot)  # the next resize starts a replacement
                     return
                 finally:
                     if self._on_finish:

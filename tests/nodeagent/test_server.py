@@ -24,7 +24,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 @pytest.fixture
 def agent(home: Path) -> Iterator[RunningNodeAgent]:
     settings = build_settings(
-        "nodeagent", overrides={"port": 0, "max_workers": 4}, env=dict(os.environ)
+        "nodeagent",
+        overrides={"port": 0, "backend": "real", "max_workers": 4},
+        env=dict(os.environ),
     )
     running = start_nodeagent(settings)
     try:

@@ -1,0 +1,142 @@
+"""The real backend's caps and checks: worker cap, load cap, kernel sizing, stress opt-in, lost workers."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from parfusion.v1 import intent_pb2, telemetry_pb2
+from services.common.errors import InvalidArgument
+from services.nodeagent.backend import BackendOptions
+from services.nodeagent.real import ONLINE_N, RealBackend
+
+pytestmark = pytest.mark.integration
+
+
+def _backend(tmp_path: Path, generate: bool = False, **opts: object) -> RealBackend:
+    options = BackendOptions(run_dir=tmp_path / "run", **opts)  # type: ignore[arg-type]
+    return RealBackend(options, arena=(0,), generate_arrivals=generate)
+
+
+@pytest.fixture
+def backend(tmp_path: Path) -> Iterator[RealBackend]:
+    b = _backend(tmp_path, max_workers=3, max_load_fraction=0.5)
+    yield b
+    b.stop()
+
+
+def _alloc(intent_id: str, cls: int, workers: int, **kw: object) -> intent_pb2.Allocation:
+    return intent_pb2.Allocation(intent_id=intent_id, workload_class=cls, workers=workers, **kw)  # type: ignore[arg-type]
+
+
+def test_worker_cap_keeps_deadline_work_first_and_says_so(tmp_path: Path) -> None:
+    backend = _backend(tmp_path, generate=True, max_workers=3, max_load_fraction=0.5)
+    try:
+        _check_caps(backend)
+    finally:
+        backend.stop()
+
+
+def _check_caps(backend: RealBackend) -> None:
+    plan = intent_pb2.NodePlan(
+        generation=1,
+        allocations=[
+            _alloc("train", intent_pb2.WORKLOAD_CLASS_BATCH, 3),
+            _alloc(
+                "web",
+                intent_pb2.WORKLOAD_CLASS_ONLINE,
+                2,
+                arrival_rate_per_s=1000.0,
+                base_service_ms=10.0,
+            ),
+        ],
+    )
+    applied = {a.intent_id: a for a in backend.apply(plan)}
+    assert applied["web"].workers == 2 and applied["train"].workers == 1
+    assert "capped to 1 workers by nodeagent.max_workers" in applied["train"].note
+    # 1000 req/s x 10 ms = 10 cores offered on a 1-core arena capped at 0.5: the rate is scaled.
+    assert "arrival rate scaled" in applied["web"].note
+    runtime = backend._intents["web"]
+    assert runtime.rate_per_s == pytest.approx(50.0)
+    assert runtime.pool.reps == max(1, round(10.0 / backend._rep_ms[ONLINE_N]))
+    assert backend._intents["train"].pool.duty == pytest.approx(
+        0.05
+    )  # the online load takes the whole cap
+
+
+def test_degraded_level_shrinks_the_kernel(backend: RealBackend) -> None:
+    normal = _alloc("web", intent_pb2.WORKLOAD_CLASS_ONLINE, 1, base_service_ms=10.0)
+    backend.apply(intent_pb2.NodePlan(generation=1, allocations=[normal]))
+    reps_normal = backend._intents["web"].pool.reps
+    int8 = _alloc(
+        "web",
+        intent_pb2.WORKLOAD_CLASS_ONLINE,
+        1,
+        base_service_ms=10.0,
+        degradation=intent_pb2.DEGRADATION_LEVEL_INT8,
+    )
+    backend.apply(intent_pb2.NodePlan(generation=2, allocations=[int8]))
+    assert backend._intents["web"].pool.reps == pytest.approx(reps_normal * 0.4, abs=1)
+
+
+@pytest.mark.parametrize(
+    ("field", "change"),
+    [
+        ("cpu_set", {"cpu_set": [4096]}),
+        ("sched_policy", {"sched_policy": "fifo"}),
+        ("workload_class", {"workload_class": 0}),
+        ("parallel_fraction", {"parallel_fraction": 1.5}),
+        ("arrival_rate_per_s", {"arrival_rate_per_s": -1.0}),
+    ],
+)
+def test_invalid_allocations_name_the_field(backend: RealBackend, field: str, change: dict) -> None:  # type: ignore[type-arg]
+    base = {"intent_id": "web", "workload_class": intent_pb2.WORKLOAD_CLASS_ONLINE, "workers": 1}
+    base.update(change)
+    with pytest.raises(InvalidArgument, match=rf"allocations\[0\]\.{field}"):
+        backend.apply(intent_pb2.NodePlan(allocations=[intent_pb2.Allocation(**base)]))  # type: ignore[arg-type]
+    assert backend.pool_sizes() == {}
+
+
+def test_lost_worker_is_replaced_on_the_next_plan(backend: RealBackend) -> None:
+    plan = intent_pb2.NodePlan(
+        generation=1,
+        allocations=[_alloc("web", intent_pb2.WORKLOAD_CLASS_ONLINE, 1, base_service_ms=1.0)],
+    )
+    backend.apply(plan)
+    victim = backend._intents["web"].pool.pids()[0]
+    psutil.Process(victim).kill()
+    backend.request_source("web").schedule(
+        [time.monotonic()]
+    )  # the feeder notices on its next task
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and backend.pool_sizes()["web"] == 1:
+        time.sleep(0.02)
+    assert backend.pool_sizes()["web"] == 0
+    backend.apply(plan)
+    assert backend.pool_sizes()["web"] == 1 and victim not in backend.owned_pids()
+
+
+@pytest.mark.slow
+def test_real_stress_runs_only_when_allowed_and_ends_by_itself(tmp_path: Path) -> None:
+    b = _backend(tmp_path, allow_real_stress=True, max_workers=2)
+    try:
+        accepted, expires = b.inject_disturbance(
+            telemetry_pb2.Disturbance(cpu_pressure=1.0, duration_s=0.6, source="test")
+        )
+        assert accepted and expires == pytest.approx(0.6)
+        stress = b.owned_pids()
+        assert len(stress) == 1
+        tel = b.telemetry()
+        assert tel.active_disturbance.cpu_pressure == 1.0 and tel.disturbance_remaining_s > 0
+        deadline = time.monotonic() + 6
+        while time.monotonic() < deadline and b.owned_pids():
+            time.sleep(0.05)
+        assert not b.owned_pids()
+        with pytest.raises(InvalidArgument, match="duration_s"):
+            b.inject_disturbance(telemetry_pb2.Disturbance(cpu_pressure=0.5, duration_s=0))
+    finally:
+        b.stop()
