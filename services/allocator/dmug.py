@@ -220,15 +220,15 @@ def build_table(state: PlanInput, use_predictor: bool = True) -> IntentTable:
     memo: dict[tuple[str, ...], tuple[bool, bool, bool]] = {}
     bits = [memo.get(t) or memo.setdefault(t, _ladder_bits(t)) for t in ladders]
     ladder = np.array(bits, dtype=bool).reshape(n, 3)
-    prev_units = np.zeros(n, dtype=np.int64)
-    prev_since = np.zeros(n, dtype=np.int64)
-    has_prev = np.zeros(n, dtype=bool)
     if state.previous:
-        for i, d in enumerate(map(state.previous.get, ids)):
-            if d is not None:
-                prev_units[i] = d.units
-                prev_since[i] = d.since_tick
-                has_prev[i] = True
+        prevs = list(map(state.previous.get, ids))
+        has_prev = np.array([d is not None for d in prevs], dtype=bool).reshape(n)
+        prev_units = np.fromiter((d.units if d else 0 for d in prevs), np.int64, n)
+        prev_since = np.fromiter((d.since_tick if d else 0 for d in prevs), np.int64, n)
+    else:
+        prev_units = np.zeros(n, dtype=np.int64)
+        prev_since = np.zeros(n, dtype=np.int64)
+        has_prev = np.zeros(n, dtype=bool)
     speed = state.config.degradation_speedup
     return IntentTable(
         specs=specs,
