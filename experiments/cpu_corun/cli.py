@@ -151,6 +151,8 @@ def run(ns: argparse.Namespace) -> int:
     cond["load_after"] = [round(x, 2) for x in os.getloadavg()]
     rows = stats.with_ratios([stats.summarize(r, cal) for r in results], cal)
     cond["mean_host_cpu_percent"] = sum(r["host_cpu_percent"] for r in rows) / max(1, len(rows))
+    cond["mean_foreign_cores"] = sum(r["foreign_cores"] for r in rows) / max(1, len(rows))
+    cond["max_foreign_cores"] = max((r["foreign_cores"] for r in rows), default=0.0)
     agg = stats.aggregate(rows)
     stamp = started.strftime("%Y%m%dT%H%M%SZ")
     doc: dict[str, Any] = {

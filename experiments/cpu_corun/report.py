@@ -117,7 +117,8 @@ def markdown(doc: dict[str, Any], figure_paths: list[Path], report_path: Path) -
         "",
         f"- Machine: {cond['cpu_model']}, {cond['cpu_count']} CPUs, kernel {cond['kernel']}, autogroup {cond['autogroup']}",
         f"- Arena (most idle cores at start): {cal['arena']}",
-        f"- Host load average before / after: {cond['load_before']} / {cond['load_after']}; mean host CPU during phases {cond['mean_host_cpu_percent']:.0f} %",
+        f"- Host load average before / after: {cond['load_before']} / {cond['load_after']}; mean host CPU during phases {cond['mean_host_cpu_percent']:.0f} %; "
+        f"CPU used by other processes during phases: mean {cond['mean_foreign_cores']:.2f} cores, max {cond['max_foreign_cores']:.2f} cores",
         f"- Online request: median service {cal['online_median_ms']:.2f} ms on one core (kernel base {cal['online_service_ms']:.2f} ms), "
         f"deadline {cal['deadline_ms']:.1f} ms (5x), measured solo capacity {cal['capacity_per_s']:.1f} req/s on {len(cal['arena'])} workers",
         f"- Batch: Amdahl f = 0.9 jobs of 10 items, median item {cal['batch_item_ms']:.2f} ms; urgent: Poisson 1/s, deadline 200 ms",
@@ -133,8 +134,8 @@ def markdown(doc: dict[str, Any], figure_paths: list[Path], report_path: Path) -
         lines += [
             f"## {int(load * 100)} % load ({load * cal['capacity_per_s']:.1f} req/s)",
             "",
-            "| phase | samples | p50 ms | p95 ms | p99 ms | p99 / alone [95 % CI] | miss % | batch items/s | batch / alone [95 % CI] | batch / ideal leftover | urgent start p99 ms | urgent misses |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|",
+            "| phase | samples | p50 ms | p95 ms | p99 ms | p99 / alone [95 % CI] | miss % | batch items/s | batch / alone [95 % CI] | batch / ideal leftover | urgent start p99 ms | urgent misses | other CPU (cores) |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         for name in PHASE_ORDER:
             a = next(
@@ -150,7 +151,7 @@ def markdown(doc: dict[str, Any], figure_paths: list[Path], report_path: Path) -
             lines.append(
                 f"| {name} | {_fmt(a['samples'], 0)} | {_fmt(a['p50_ms'])} | {_fmt(a['p95_ms'])} | {_fmt(a['p99_ms'])} | "
                 f"{_fmt(a['p99_ratio'], 2, True)} | {_fmt(a['miss_pct'], 2)} | {_fmt(a['batch_items_per_s'])} | "
-                f"{_fmt(a['batch_ratio'], 2, True)} | {_fmt(a['batch_vs_ideal'], 2)} | {_fmt(a['urgent_start_p99_ms'])} | {_fmt(a['urgent_misses'], 0)} |"
+                f"{_fmt(a['batch_ratio'], 2, True)} | {_fmt(a['batch_vs_ideal'], 2)} | {_fmt(a['urgent_start_p99_ms'])} | {_fmt(a['urgent_misses'], 0)} | {_fmt(a['foreign_cores'], 2)} |"
             )
         lines.append("")
     lines += [

@@ -60,6 +60,7 @@ class PhaseRun:
     plan_trace: list[dict[str, Any]] = field(default_factory=list)
     host_load1: float = 0.0
     host_cpu_percent: float = 0.0
+    foreign_cores: float = 0.0  # CPU used by processes outside this benchmark, in cores
 
     @property
     def batch_items_per_s(self) -> float:
@@ -159,6 +160,7 @@ class PhaseRunner:
             return result
         self.router.take()
         psutil.cpu_percent()
+        marks = cpu_marks()
         t0 = time.monotonic() + 0.02
         start, end = t0 + prof.warmup_s, t0 + span
         online_due = [t0 + x for x in plan.online] if phase.kind != "batch-alone" else []
@@ -197,6 +199,7 @@ class PhaseRunner:
         done.extend(self.router.take())
         result.host_load1 = os.getloadavg()[0]
         result.host_cpu_percent = psutil.cpu_percent()
+        result.foreign_cores = foreign_cores(marks, cpu_marks())
         self._collect(result, done, in_window, urgent_window, start, end, cutoff)
         return result
 
@@ -224,6 +227,29 @@ class PhaseRunner:
             (cutoff - d) * 1000.0 for d in _missing(urgent_window, urgent)
         )
         result.batch_items = sum(1 for c in done if c.intent_id == BATCH and start <= c.end < end)
+
+
+def cpu_marks() -> tuple[float, float, float]:
+    """(wall, busy CPU seconds of the whole host, CPU seconds of this process and its children)."""
+    t = psutil.cpu_times()
+    busy = sum(
+        getattr(t, f) for f in t._fields if f not in ("idle", "iowait", "guest", "guest_nice")
+    )
+    own = os.times()
+    ours = own.user + own.system + own.children_user + own.children_system
+    for child in psutil.Process().children(recursive=True):
+        try:
+            c = child.cpu_times()
+            ours += c.user + c.system
+        except psutil.Error:
+            pass
+    return time.monotonic(), busy, ours
+
+
+def foreign_cores(before: tuple[float, float, float], after: tuple[float, float, float]) -> float:
+    """Cores' worth of CPU the rest of the host used between two marks (other users' load)."""
+    wall = max(after[0] - before[0], 1e-6)
+    return max(0.0, ((after[1] - before[1]) - (after[2] - before[2])) / wall)
 
 
 def _missing(due: list[float], done: list[Completion]) -> list[float]:

@@ -73,6 +73,7 @@ def summarize(run: PhaseRun, cal: Calibration) -> dict[str, Any]:
         "errors": run.errors,
         "host_load1": run.host_load1,
         "host_cpu_percent": run.host_cpu_percent,
+        "foreign_cores": run.foreign_cores,
     }
 
 
@@ -123,6 +124,7 @@ METRICS = (
     "urgent_misses",
     "controller_cpu_pct",
     "samples",
+    "foreign_cores",
 )
 
 
