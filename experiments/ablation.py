@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from experiments import report
-from experiments.suite import ExperimentSpec, run_experiment, write_json
+from experiments.suite import ExperimentSpec, run_and_report
 
 # policy -> (what it removes from parfusion, the metrics that removal should hurt)
 ABLATIONS: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -80,15 +80,14 @@ def matrix() -> str:
 
 
 def run(seconds: float, seed: int, results_dir: Path, progress: bool = True) -> tuple[Path, Path]:
-    doc = run_experiment(SPEC, seconds, seed, progress=progress)
-    json_path = write_json(doc, results_dir)
-    md = report.render(
-        doc,
+    return run_and_report(
+        SPEC,
+        seconds,
+        seed,
         results_dir,
         title="Ablation matrix on the modeled node",
-        findings=findings(doc),
-        sections=["## The matrix", "", matrix(), ""],
+        findings=findings,
+        sections=lambda _doc: ["## The matrix", "", matrix(), ""],
         units_policies=("parfusion",),
-        json_path=json_path,
+        progress=progress,
     )
-    return json_path, md

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from experiments import report
-from experiments.suite import ExperimentSpec, run_experiment, write_json
+from experiments.suite import ExperimentSpec, run_and_report
 
 SPEC = ExperimentSpec(name="compare", scenario="compare", policies=("baseline", "parfusion"))
 
@@ -33,14 +33,13 @@ def findings(doc: dict[str, Any]) -> list[str]:
 
 
 def run(seconds: float, seed: int, results_dir: Path, progress: bool = True) -> tuple[Path, Path]:
-    doc = run_experiment(SPEC, seconds, seed, progress=progress)
-    json_path = write_json(doc, results_dir)
-    md = report.render(
-        doc,
+    return run_and_report(
+        SPEC,
+        seconds,
+        seed,
         results_dir,
         title="Baseline vs PARFusion on the modeled node",
-        findings=findings(doc),
+        findings=findings,
         units_policies=("baseline", "parfusion"),
-        json_path=json_path,
+        progress=progress,
     )
-    return json_path, md

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from experiments import report
-from experiments.suite import ExperimentSpec, run_experiment, write_json
+from experiments.suite import ExperimentSpec, run_and_report
 
 SPEC = ExperimentSpec(name="dynamic", scenario="dynamic", policies=("baseline", "parfusion"))
 MAX_CHANGE_ROWS = 60
@@ -132,15 +132,14 @@ def sections(doc: dict[str, Any]) -> list[str]:
 
 
 def run(seconds: float, seed: int, results_dir: Path, progress: bool = True) -> tuple[Path, Path]:
-    doc = run_experiment(SPEC, seconds, seed, progress=progress)
-    json_path = write_json(doc, results_dir)
-    md = report.render(
-        doc,
+    return run_and_report(
+        SPEC,
+        seconds,
+        seed,
         results_dir,
         title="Dynamic run: urgent robot event and CPU/GPU/network disturbance (modeled)",
-        findings=findings(doc),
-        sections=sections(doc),
+        findings=findings,
+        sections=sections,
         units_policies=("parfusion",),
-        json_path=json_path,
+        progress=progress,
     )
-    return json_path, md

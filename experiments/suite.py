@@ -14,7 +14,7 @@ import hashlib
 import json
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -136,3 +136,32 @@ def policies_known(names: Sequence[str]) -> None:
 
     for name in names:
         get_policy(name)  # InvalidArgument naming the unknown policy
+
+
+def run_and_report(
+    spec: ExperimentSpec,
+    seconds: float,
+    seed: int,
+    results_dir: Path,
+    *,
+    title: str,
+    findings: Callable[[dict[str, Any]], list[str]],
+    sections: Callable[[dict[str, Any]], list[str]] = lambda _doc: [],
+    units_policies: Sequence[str] = ("parfusion",),
+    progress: bool = True,
+) -> tuple[Path, Path]:
+    """Run, write the JSON, render figures and the report; (json path, report path)."""
+    from experiments import report
+
+    doc = run_experiment(spec, seconds, seed, progress=progress)
+    json_path = write_json(doc, results_dir)
+    md = report.render(
+        doc,
+        results_dir,
+        title=title,
+        findings=findings(doc),
+        sections=sections(doc),
+        units_policies=units_policies,
+        json_path=json_path,
+    )
+    return json_path, md
