@@ -55,17 +55,17 @@ def reactions(doc: dict[str, Any], policy: str) -> list[str]:
             if first is None:
                 out.append(f"{policy}: the urgent event at {e['at_s']:.2f} s never got units.")
                 continue
-            before = {n: u[first - 1] for n, u in tl["units"].items()} if first else {}
+            held = {n: u[first - 1] for n, u in tl["units"].items()} if first else {}
             given = {n: u[first] for n, u in tl["units"].items()}
             lost = [
-                f"{n} {before.get(n, 0)}->{given[n]}"
+                f"{n} {held.get(n, 0)}->{given[n]}"
                 for n in given
-                if n != urgent and given[n] < before.get(n, 0)
+                if n != urgent and given[n] < held.get(n, 0)
             ]
             out.append(
                 f"{policy}: the urgent event at {e['at_s']:.2f} s got {_units(units[first])} at the "
                 f"tick of {tl['t_s'][first]:.2f} s ({(tl['t_s'][first] - e['at_s']) * 1000:.0f} ms "
-                f"later); units taken: {', '.join(lost) if lost else 'none (free units)'}."
+                f"later); intents that shrank at that tick: {', '.join(lost) if lost else 'none'}."
             )
         elif e["kind"] == "disturbance":
             start, end = e["at_s"], e["at_s"] + e["duration_s"]
