@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from google.protobuf.descriptor import Descriptor, FieldDescriptor
+from google.protobuf.descriptor import FieldDescriptor
 
 from parfusion.compose import IMAGE
 from parfusion.services import BY_NAME, SERVICES, ServiceSpec, address_references, env_key
@@ -396,12 +396,14 @@ def _field_schema(field: FieldDescriptor) -> dict[str, Any]:
         value = field.message_type.fields_by_name["value"]
         return {"type": "object", "additionalProperties": _field_schema(value)}
     if field.type == FieldDescriptor.TYPE_MESSAGE:
+        assert field.message_type is not None
         if field.message_type.full_name == "google.protobuf.Timestamp":
             item: dict[str, Any] = {"type": "string", "format": "date-time"}
         else:
             item = message_schema(field.message_type)
     elif field.type == FieldDescriptor.TYPE_ENUM:
         enum = field.enum_type
+        assert enum is not None
         prefix = _enum_prefix(enum.values_by_name)
         names = [v.name for v in enum.values if v.number != 0]
         # full names (the proto JSON form) and the short ones the intent documents use
@@ -418,7 +420,7 @@ def _enum_prefix(names: Any) -> str:
     return unspecified[: -len("UNSPECIFIED")]
 
 
-def message_schema(message: Descriptor) -> dict[str, Any]:
+def message_schema(message: Any) -> dict[str, Any]:  # a protobuf Descriptor (either backend)
     return {
         "type": "object",
         "properties": {f.json_name: _field_schema(f) for f in message.fields},

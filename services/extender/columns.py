@@ -80,11 +80,11 @@ class NodeColumns:
             if lane not in rec.free_lane_units:
                 arr[row] = np.nan
         for lane, free in rec.free_lane_units.items():
-            arr = self.lane_free.get(lane)
-            if arr is None:
-                arr = np.full(len(self.cpu_units), np.nan)
-                self.lane_free[lane] = arr
-            arr[row] = free
+            column = self.lane_free.get(lane)
+            if column is None:
+                column = np.full(len(self.cpu_units), np.nan)
+                self.lane_free[lane] = column
+            column[row] = free
         if rec.placement is not None:
             key = placement_key(rec.placement)
             klass = self.class_ids.get(key)

@@ -18,7 +18,7 @@ pending, placement spread (pods per node, CPU requested fraction), GPU-lane shar
 from __future__ import annotations
 
 import time
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -137,7 +137,6 @@ def judge(
             late = d.units == 0 or d.deadline_risk > threshold
             if late or wrong_lane:
                 c["deadline_misses"] += 1
-            c["slack_ms_sum"] += d.slack_ms if d.units else 0.0
     for name in arm.pending:
         spec = by_pod[name].intent.spec
         per_class.setdefault(spec.workload_class if spec else "NONE", Counter())["pending"] += 1
@@ -152,9 +151,7 @@ def judge(
         "pending": len(arm.pending),
         "deadline_pods": deadline_pods,
         "deadline_misses": misses,
-        "deadline_pending": sum(
-            1 for n in arm.pending if by_pod[n].intent.spec and by_pod[n].intent.spec.has_deadline
-        ),
+        "deadline_pending": sum(1 for n in arm.pending if _has_deadline(by_pod[n])),
         "deadline_miss_ratio": round(misses / deadline_pods, 4) if deadline_pods else 0.0,
         "gpu_lane_mismatches": lane_misses,
         "per_class": {
@@ -174,10 +171,14 @@ def judge(
     }
 
 
+def _has_deadline(pod: SimPod) -> bool:
+    return pod.intent.spec is not None and pod.intent.spec.has_deadline
+
+
 def lane_use(view: ClusterView) -> dict[str, dict[str, float]]:
     """Per lane: share units held / share units present across the cluster."""
-    capacity: Counter[str] = Counter()
-    held: Counter[str] = Counter()
+    capacity: dict[str, float] = defaultdict(float)
+    held: dict[str, float] = defaultdict(float)
     for rec in view.snapshot().values():
         for lane in rec.lanes:
             if lane.available:
