@@ -279,14 +279,16 @@ def units_to_meet(table: IntentTable, idx: np.ndarray, level: int) -> tuple[np.n
     lo, hi = table.min_units[idx], r.cap
     p = np.minimum(np.maximum(np.ceil(np.minimum(p_real, 1e12)), lo), np.maximum(hi, lo))
     p = p.astype(np.int64)
+    lat = r.latency(p, lf)
     for _ in range(2):
-        late = (r.latency(p, lf) > r.deadline) & (p < hi)
+        late = (lat > r.deadline) & (p < hi)
         if not late.any():
             break
         p = p + late
+        lat = r.latency(p, lf)
     early = (p > lo) & (r.latency(p - 1, lf) <= r.deadline)
     p = p - early
-    meets = (r.latency(p, lf) <= r.deadline) & (p <= hi)
+    meets = (early | (lat <= r.deadline)) & (p <= hi)
     return p, meets
 
 
