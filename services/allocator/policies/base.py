@@ -13,6 +13,10 @@ class Policy(Protocol):
     Contract: pure and deterministic (same PlanInput -> same PlanResult); never hands out more
     than node.cpu_units units in total; every intent gets a Decision, with 0 <= units <= its cap
     (0 only when preempted or not admitted); GPU shares per lane never exceed the lane's units.
+
+    `kind` says where the policy sits in the comparison: "parfusion" (D-MUG itself), "reference"
+    (what a node does without it) or "ablation" (D-MUG with one part removed); `description` is
+    one line saying what it does or removes. Factories live in registry.POLICIES.
     """
 
     name: str
