@@ -167,9 +167,10 @@ def figure_timeline(doc: dict[str, Any], out: Path, policies: Sequence[str]) -> 
     fig, ax = plt.subplots(figsize=(11, 4))
     for p in policies:
         tl = doc["results"][p]["timeline"]
-        ax.plot(tl["second"], tl["online_p99_ms"], label=p, linewidth=1.2)
+        p99 = [v if v > 0 else float("nan") for v in tl["online_p99_ms"]]  # no request: gap
+        ax.plot(tl["second"], p99, label=p, linewidth=1.2)
     _shade_events(ax, doc)
-    ax.set_yscale("symlog", linthresh=100)
+    ax.set_yscale("log")
     ax.set_xlabel("simulated time (s)")
     ax.set_ylabel("online p99 per second (ms)")
     ax.set_title("online p99 over time (modeled); red: disturbance, dashed: urgent event")
@@ -190,9 +191,10 @@ def figure_units(doc: dict[str, Any], out: Path, policy: str) -> Path:
     ax.set_ylabel("worker units")
     ax.set_title(f"{policy}: units per intent and degradation level (modeled)")
     ax.legend(fontsize=7, loc="upper left", ncol=3)
-    for n in names:
-        if any(tl["level"][n]):
-            ax2.step(tl["t_s"], tl["level"][n], where="post", label=n)
+    degraded = [n for n in names if any(tl["level"][n])]
+    for k, n in enumerate(degraded):
+        offset = 0.06 * (k - (len(degraded) - 1) / 2)  # keep overlapping steps visible
+        ax2.step(tl["t_s"], [v + offset for v in tl["level"][n]], where="post", label=n)
     ax2.set_yticks([0, 1, 2], ["NORMAL", "FP16", "INT8"])
     ax2.set_xlabel("simulated time (s)")
     _shade_events(ax2, doc)
