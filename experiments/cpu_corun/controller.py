@@ -129,7 +129,9 @@ class PolicyController:
         )
         for alloc in plan.allocations:
             shape(alloc, self.cal, self.rate_per_s)
-        self.backend.apply(plan)
+        for applied in self.backend.apply(plan):
+            if "Error" in applied.note and len(self.errors) < 20:
+                self.errors.append(f"{applied.intent_id}: {applied.note}")
         self.log.append(
             TickLog(
                 at_s=time.monotonic() - self._t0,

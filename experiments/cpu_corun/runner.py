@@ -154,7 +154,8 @@ class PhaseRunner:
                 )
                 controller.start()
             else:
-                self.backend.apply(static_plan(phase, cal, rate, self._generation))
+                applied = self.backend.apply(static_plan(phase, cal, rate, self._generation))
+                result.errors.extend(enforcement_errors(applied))
         except Exception as exc:
             result.errors.append(f"{phase.name} could not start: {type(exc).__name__}: {exc}")
             return result
@@ -227,6 +228,11 @@ class PhaseRunner:
             (cutoff - d) * 1000.0 for d in _missing(urgent_window, urgent)
         )
         result.batch_items = sum(1 for c in done if c.intent_id == BATCH and start <= c.end < end)
+
+
+def enforcement_errors(applied: list[Any]) -> list[str]:
+    """Knobs the kernel refused (e.g. lowering nice without CAP_SYS_NICE): the phase is suspect."""
+    return [f"{a.intent_id}: {a.note}" for a in applied if "Error" in a.note]
 
 
 def cpu_marks() -> tuple[float, float, float]:
