@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 import numpy as np
 
@@ -85,21 +86,39 @@ def view_of(node: NodeState, resident: Sequence[IntentSpec], stats=None, config=
     )
 
 
+_VIEW_COLUMNS = {
+    name: attrgetter(name)
+    for name in ("total_units", "free_units", "contention", "disturbance.cpu", "disturbance.gpu",
+                 "disturbance.network")
+}  # fmt: skip
+
+
+def _view_columns(views: Sequence[NodeView]) -> dict[str, np.ndarray]:
+    """The views as numpy columns, one C-level pass each."""
+    n = len(views)
+    return {
+        name: np.fromiter(map(get, views), np.float64, n) for name, get in _VIEW_COLUMNS.items()
+    }
+
+
 def _table_for(
-    intent: IntentSpec, views: Sequence[NodeView], stats: ServiceStats | None, config: DmugConfig
+    intent: IntentSpec,
+    views: Sequence[NodeView],
+    cols: dict[str, np.ndarray],
+    stats: ServiceStats | None,
+    config: DmugConfig,
 ) -> dmug.IntentTable:
     """The intent replicated once per node, with that node's pressure and capacity."""
     n = len(views)
-    probe = NodeState(name="", cpu_units=max((v.total_units for v in views), default=0))
+    total = cols["total_units"].astype(np.int64)
+    probe = NodeState(name="", cpu_units=int(total.max()) if n else 0)
     one = dmug.build_table(
         PlanInput(intents=(intent,), node=probe, stats={intent.id: stats} if stats else {},
                   config=config)
     )  # fmt: skip
-    total = np.array([v.total_units for v in views], dtype=np.int64)
-    contention = np.array([v.contention for v in views])
-    d_cpu = np.array([v.disturbance.cpu for v in views])
-    d_gpu = np.array([v.disturbance.gpu for v in views])
-    d_net = np.array([v.disturbance.network for v in views])
+    contention = cols["contention"]
+    d_cpu, d_gpu = cols["disturbance.cpu"], cols["disturbance.gpu"]
+    d_net = cols["disturbance.network"]
     network_bound = float(intent.workload_class in ("ONLINE", "ROBOT"))
     inflation = dmug.pressure_inflation(
         dmug.combined_cpu_pressure(contention, d_cpu),
@@ -136,18 +155,20 @@ def score_nodes_arrays(
 ) -> NodeScores:
     config = config or DmugConfig()
     n = len(views)
-    table = _table_for(intent, views, stats, config)
+    cols = _view_columns(views)
+    table = _table_for(intent, views, cols, stats, config)
     rows = np.arange(n)
-    free = np.array([v.free_units for v in views], dtype=np.int64)
+    free = cols["free_units"].astype(np.int64)
     total = np.maximum(table.cap, 1)
     level = np.zeros(n, dtype=np.int64)
     code = np.full(n, FITS, dtype=np.int64)
     wants_gpu = bool(table.uses_gpu[0]) if n else False
     if wants_gpu:
         if intent.gpu_lane:
-            lane_ok = np.array([intent.gpu_lane in v.lanes_available for v in views], dtype=bool)
+            lane = intent.gpu_lane
+            lane_ok = np.fromiter((lane in v.lanes_available for v in views), bool, n)
         else:
-            lane_ok = np.array([bool(v.lanes_available) for v in views], dtype=bool)
+            lane_ok = np.fromiter((bool(v.lanes_available) for v in views), bool, n)
     else:
         lane_ok = np.ones(n, dtype=bool)
     if intent.has_deadline and n:
@@ -186,8 +207,7 @@ def score_nodes_arrays(
         quality = dmug.amdahl_speedup(table.f, np.maximum(running, 1)) / dmug.amdahl_speedup(
             table.f, total
         )
-    headroom = np.clip((free - running) / np.maximum(
-        np.array([v.total_units for v in views]), 1), 0.0, 1.0)  # fmt: skip
+    headroom = np.clip((free - running) / np.maximum(cols["total_units"], 1), 0.0, 1.0)
     raw = MAX_SCORE * ((1.0 - HEADROOM_WEIGHT) * quality + HEADROOM_WEIGHT * headroom)
     score = np.where(fits, np.clip(np.rint(raw), 1, MAX_SCORE), 0).astype(np.int64)
     return NodeScores(fits, code, asked, running, level, slack, risk, nmu, score)
