@@ -353,6 +353,7 @@ class MarginalPhase:
     hysteresis: bool = True
     tick: int = 0
     config: DmugConfig = field(default_factory=DmugConfig)
+    late: np.ndarray | None = None  # per row: short of its deadline (None: from the latency)
 
     def room(self, table: IntentTable) -> np.ndarray:
         return np.maximum(table.cap[self.rows] - self.start, 0)
@@ -360,6 +361,8 @@ class MarginalPhase:
     def shaped(self, table: IntentTable, sel: np.ndarray) -> np.ndarray:
         """Rows whose risk curve is still S-shaped: deadline work late at its current units."""
         rows = self.rows[sel]
+        if self.late is not None:
+            return table.has_deadline[rows] & self.late[sel]
         late = table.latency(rows, self.start[sel], self.level[sel]) > table.deadline[rows]
         return table.has_deadline[rows] & late
 
@@ -435,9 +438,12 @@ def marginal_phase_fast(table: IntentTable, phase: MarginalPhase) -> np.ndarray:
     blocks_k.append(kk.ravel())
     widths[live] = width
     while True:
-        gains = np.concatenate(blocks_g)
-        cand_rows = np.concatenate(blocks_r)
-        cand_k = np.concatenate(blocks_k)
+        if len(blocks_g) == 1:
+            gains, cand_rows, cand_k = blocks_g[0], blocks_r[0], blocks_k[0]
+        else:
+            gains = np.concatenate(blocks_g)
+            cand_rows = np.concatenate(blocks_r)
+            cand_k = np.concatenate(blocks_k)
         chosen = select_increments(gains, phase.rank[phase.rows[cand_rows]], cand_k, phase.budget)
         taken = np.bincount(cand_rows[chosen], minlength=n).astype(np.int64)
         sat = live[(taken[live] == widths[live]) & (widths[live] < room[live])]
@@ -593,6 +599,8 @@ def plan_units(
                 hysteresis=options.hysteresis,
                 tick=state.tick,
                 config=state.config,
+                # the deadline phase already knows who is late: those it could not serve
+                late=(outcome[running] == UNREACHABLE) | (outcome[running] == SHORT),
             )
             units[running] += marginal_phase_fast(table, phase)
         else:

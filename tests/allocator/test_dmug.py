@@ -191,6 +191,8 @@ def marginal_phases(draw):
         hysteresis=draw(st.booleans()),
         tick=state.tick,
         config=DmugConfig(),
+        late=draw(st.sampled_from([None, "random"]))
+        and np.array([draw(st.booleans()) for _ in rows], dtype=bool),
     )
     return table, phase
 
