@@ -3,7 +3,8 @@
 Each policy gets its own modeled node with the same seed, so every policy faces the very same
 requests (common random numbers) and the differences are the policies'. Policies run in
 parallel worker processes when there are several (each run is independent and seeded, so the
-result does not depend on the order they finish). The JSON's ``meta`` block holds the only
+result does not depend on the order they finish); they report their ticks to the progress bar
+through a queue. The JSON's ``meta`` block holds the only
 run-dependent fields (timestamp, wall time); everything else is a function of the seed, the
 run length and configs/model.yaml.
 """
@@ -12,10 +13,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import multiprocessing
 import os
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -40,11 +42,32 @@ class ExperimentSpec:
     policies: tuple[str, ...]
 
 
+PROGRESS_EVERY = 8  # ticks between progress reports from a worker process
+
+_progress_queue: Any = None  # set in each worker process by _init_worker
+
+
+def _init_worker(queue: Any) -> None:
+    global _progress_queue
+    _progress_queue = queue
+
+
 def _run_one(args: tuple[str, str, float, int, str]) -> dict[str, Any]:
     policy, scenario_name, seconds, seed, model_path = args
     params = load_model_params(model_path)
     scenario = load_scenario(params, scenario_name, seconds)
-    return summarize(run_policy(policy, scenario, params, seed))
+    done = 0
+
+    def on_tick() -> None:
+        nonlocal done
+        done += 1
+        if _progress_queue is not None and done % PROGRESS_EVERY == 0:
+            _progress_queue.put(PROGRESS_EVERY)
+
+    result = summarize(run_policy(policy, scenario, params, seed, on_tick=on_tick))
+    if _progress_queue is not None and done % PROGRESS_EVERY:
+        _progress_queue.put(done % PROGRESS_EVERY)
+    return result
 
 
 def run_experiment(
@@ -65,22 +88,39 @@ def run_experiment(
     started = time.perf_counter()
     jobs = [(p, spec.scenario, seconds, seed, str(path)) for p in spec.policies]
     workers = workers or min(len(jobs), os.cpu_count() or 1, 4)
+    ticks = max(1, round(seconds / (params.tick_ms / 1000.0)))
     bar = tqdm(
-        total=len(jobs),
-        desc=f"{spec.name} ({seconds:g} s modeled)",
-        unit="policy",
+        total=len(jobs) * ticks,
+        desc=f"{spec.name}: {len(jobs)} policies x {seconds:g} s modeled",
+        unit="tick",
         disable=not progress,
     )
+    queue: Any = multiprocessing.get_context("fork").SimpleQueue()
     results: dict[str, dict[str, Any]] = {}
     if workers <= 1 or len(jobs) == 1:
-        for job in jobs:
-            results[job[0]] = _run_one(job)
-            bar.update(1)
+        _init_worker(queue)
+        try:
+            for job in jobs:
+                results[job[0]] = _run_one(job)
+                while not queue.empty():
+                    bar.update(queue.get())
+        finally:
+            _init_worker(None)
     else:
-        with ProcessPoolExecutor(max_workers=workers) as pool:
-            for policy, summary in zip(spec.policies, pool.map(_run_one, jobs), strict=True):
-                results[policy] = summary
-                bar.update(1)
+        context = multiprocessing.get_context("fork")
+        with ProcessPoolExecutor(
+            max_workers=workers, mp_context=context, initializer=_init_worker, initargs=(queue,)
+        ) as pool:
+            futures = {pool.submit(_run_one, job): job[0] for job in jobs}
+            pending = set(futures)
+            while pending:
+                finished, pending = wait(pending, timeout=0.1, return_when=FIRST_COMPLETED)
+                while not queue.empty():
+                    bar.update(queue.get())
+                for future in finished:
+                    results[futures[future]] = future.result()
+    while not queue.empty():
+        bar.update(queue.get())
     bar.close()
     wall = time.perf_counter() - started
     return {
