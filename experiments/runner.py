@@ -11,6 +11,7 @@ thread sleeps: one simulated minute takes well under a second.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -76,8 +77,6 @@ def run_policy(
     seed: int,
     on_tick: Callable[[], None] | None = None,
 ) -> PolicyRun:
-    import time
-
     clock = SimClock()
     backend = ModeledBackend(
         BackendOptions(node_name=params.node_name),
