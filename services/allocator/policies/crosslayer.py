@@ -168,7 +168,7 @@ def reasons(table: IntentTable, plan: UnitPlan, policy: str) -> list[str]:
         out[i] = f"preempted: {gone} units taken by urgent {who}"
     idx, rows = group(MET, need, d, p99, units - need)
     for i, (nd, dd, pp, extra) in zip(idx, rows, strict=True):
-        tail = f"; +{extra} from marginal-utility phase" if extra > 0 else ""
+        tail = f"; +{extra} of the leftover units" if extra > 0 else ""
         out[i] = f"deadline phase: {nd} units meet {dd:g} ms (pred p99 {pp:.1f} ms){tail}"
     idx, rows = group(MET_DEGRADED, d, cap, units, lvl, p99)
     for i, (dd, cc, uu, lv, pp) in zip(idx, rows, strict=True):
