@@ -522,7 +522,28 @@ def render_manifests(config_path: Path | None = None) -> dict[str, list[dict[str
     # `kube-scheduler --config` outside the cluster (kubectl apply -f deploy/ skips subfolders).
     files["scheduler/kube-scheduler-config.yaml"] = [scheduler_configuration()]
     files["examples/online-pod.yaml"] = [example_pod()]
+    files["examples/resourceintents.yaml"] = example_resource_intents()
     return files
+
+
+def example_resource_intents() -> list[dict[str, Any]]:
+    """The demo intents (configs/intents/) as ResourceIntent objects, in the proto JSON form."""
+    from google.protobuf import json_format
+
+    from services.allocator.convert import intents_in_file
+
+    out = []
+    for path in sorted((ROOT / "configs" / "intents").glob("*.yaml")):
+        for intent in intents_in_file(path):
+            out.append(
+                {
+                    "apiVersion": f"{CRD_GROUP}/v1",
+                    "kind": "ResourceIntent",
+                    "metadata": {"name": intent.name, "namespace": "default"},
+                    "spec": json_format.MessageToDict(intent),
+                }
+            )
+    return out
 
 
 class _Dumper(yaml.SafeDumper):

@@ -60,7 +60,7 @@ def test_every_object_is_well_formed_and_namespaced() -> None:
         seen.add(key)
         if doc["kind"] in CLUSTER_SCOPED:
             assert "namespace" not in doc["metadata"]
-        elif doc["kind"] != "Pod":  # the example pod lives where the user's workloads do
+        elif doc["kind"] not in ("Pod", "ResourceIntent"):  # examples live with the workloads
             assert doc["metadata"]["namespace"] in (deploy.NAMESPACE, "kube-system"), key
 
 
@@ -248,6 +248,15 @@ def test_demo_intents_are_valid_custom_resources(path: Path) -> None:
     schema = _crd_spec_schema()
     for intent in intents_in_file(path):
         _check(schema, json_format.MessageToDict(intent), path.name)
+
+
+def test_example_resource_intents_match_the_crd() -> None:
+    crs = [d for d in _objects() if d["kind"] == "ResourceIntent"]
+    crd = _by_kind("CustomResourceDefinition")["resourceintents.parfusion.io"]
+    assert len(crs) >= 3
+    for cr in crs:
+        assert cr["apiVersion"] == f"{crd['spec']['group']}/{crd['spec']['versions'][0]['name']}"
+        _check(_crd_spec_schema(), cr["spec"], cr["metadata"]["name"])
 
 
 def test_schema_check_rejects_what_the_api_server_would() -> None:
