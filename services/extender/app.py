@@ -78,6 +78,11 @@ def create_app(settings: ServiceSettings, extender: Extender | None = None) -> S
     ext = extender or build_extender(settings)
     max_bytes = settings.get_int("max_body_bytes", 16 << 20)
     metrics = ext.metrics
+    # read at scrape time, so /metrics is current without any verb touching the gauges
+    metrics.nodes.set_function(lambda: len(ext.view))
+    metrics.telemetry_nodes.set_function(
+        lambda: sum(1 for r in ext.view.snapshot().values() if r.telemetry_at is not None)
+    )
     background: dict[str, Any] = {}
 
     def verb_route(
@@ -135,7 +140,6 @@ def create_app(settings: ServiceSettings, extender: Extender | None = None) -> S
                 "last_poll_at": poller.last_poll_at,
             }
         )
-        metrics.nodes.set(len(ext.view))
         return JSONResponse(body)
 
     @contextlib.asynccontextmanager
@@ -214,4 +218,9 @@ def main(argv: list[str] | None = None) -> None:
 
         settings = replace(settings, section={**settings.section, "sample_nodes": True})
     configure_logging(settings.log_level, settings.log_format, "extender")
-    serve_http(create_app(settings), settings)
+    try:
+        app = create_app(settings)
+    except Exception as exc:  # bad kube_api / kubeconfig: say why and stop, no traceback
+        log.error("extender cannot start", extra={"error": f"{type(exc).__name__}: {exc}"})
+        raise SystemExit(2) from exc
+    serve_http(app, settings)

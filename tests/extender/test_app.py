@@ -165,6 +165,7 @@ def test_metrics_state_healthz(client: TestClient) -> None:
     assert 'parfusion_extender_requests_total{code="400",verb="filter"} 1.0' in text
     assert 'parfusion_extender_filter_nodes_total{outcome="unresolvable"} 2.0' in text
     assert 'parfusion_extender_pods_total{intent="annotation",verb="filter"} 1.0' in text
+    assert "parfusion_extender_nodes 4.0" in text
     assert client.get("/healthz").json() == {"status": "ok"}
     state = client.get("/state").json()
     assert state["nodes"]["count"] == 4
