@@ -526,6 +526,13 @@ def render_manifests(config_path: Path | None = None) -> dict[str, list[dict[str
     return files
 
 
+def _sorted_labels(spec: dict[str, Any]) -> dict[str, Any]:
+    # proto maps iterate in no fixed order; the rendered file must not change from run to run
+    if "labels" in spec:
+        spec["labels"] = dict(sorted(spec["labels"].items()))
+    return spec
+
+
 def example_resource_intents() -> list[dict[str, Any]]:
     """The demo intents (configs/intents/) as ResourceIntent objects, in the proto JSON form."""
     from google.protobuf import json_format
@@ -540,7 +547,7 @@ def example_resource_intents() -> list[dict[str, Any]]:
                     "apiVersion": f"{CRD_GROUP}/v1",
                     "kind": "ResourceIntent",
                     "metadata": {"name": intent.name, "namespace": "default"},
-                    "spec": json_format.MessageToDict(intent),
+                    "spec": _sorted_labels(json_format.MessageToDict(intent)),
                 }
             )
     return out
