@@ -125,6 +125,7 @@ class _Slot:
     def __init__(self, worker: WorkerProcess) -> None:
         self.worker = worker
         self.retire = threading.Event()
+        self.ready = threading.Event()  # the worker answered (its numpy import is done)
         self.thread: threading.Thread | None = None
 
 
@@ -223,9 +224,22 @@ class WorkerPool:
             log.warning("os enforcement failed", extra={"pid": pid, "error": str(exc)})
 
     # -- serving ------------------------------------------------------------------------------
+    def ready_count(self) -> int:
+        """Workers that have started serving (a fresh process needs a moment to import numpy)."""
+        with self._lock:
+            return sum(1 for s in self._slots if s.ready.is_set())
+
     def _feed(self, slot: _Slot) -> None:
         worker = slot.worker
         try:
+            try:
+                worker.call({"op": "ping"})
+            except (BrokenPipeError, ValueError, OSError):
+                with self._lock:
+                    if slot in self._slots:
+                        self._slots.remove(slot)
+                return
+            slot.ready.set()
             while not slot.retire.is_set():
                 task = self.source.take(0.05)
                 if task is None:

@@ -97,6 +97,7 @@ class IntentRuntime:
         self.next_arrival = time.monotonic()
         self.spec = spec
         self.listeners: list[Callable[[Completion], None]] = []
+        self.serving = False  # the request generator has started for this intent
 
     def _complete(self, done: Completion) -> None:
         self.book.record(done)
@@ -387,6 +388,13 @@ class RealBackend:
                     if isinstance(r.source, RequestSource) and r.rate_per_s > 0
                 ]
             for r in runtimes:
+                if not r.serving:
+                    # Arrivals start when the pool first serves, not while its first workers are
+                    # still starting (afterwards they never wait: the generator is open loop).
+                    if r.pool.ready_count() == 0:
+                        continue
+                    r.serving = True
+                    r.next_arrival = time.monotonic()
                 due: list[float] = []
                 while r.next_arrival < horizon:
                     r.next_arrival += self._rng.expovariate(r.rate_per_s)
