@@ -1,0 +1,47 @@
+"""The latency book: nearest-rank percentiles, misses against the deadline, samples reported once."""
+
+from __future__ import annotations
+
+from services.nodeagent.latency import RECENT_LIMIT, LatencyBook, percentile
+from services.nodeagent.pools import Completion
+
+
+def _done(latency_ms: float, service_ms: float) -> Completion:
+    return Completion(
+        "web",
+        "online",
+        due=0.0,
+        start=(latency_ms - service_ms) / 1000.0,
+        end=latency_ms / 1000.0,
+        cpu_ms=service_ms,
+    )
+
+
+def test_percentile_is_nearest_rank() -> None:
+    values = [float(v) for v in range(1, 101)]
+    assert (percentile(values, 50), percentile(values, 99), percentile(values, 100)) == (
+        50.0,
+        99.0,
+        100.0,
+    )
+    assert percentile([], 99) == 0.0
+
+
+def test_summary_counts_misses_and_drains_recent_samples() -> None:
+    book = LatencyBook("web", deadline_ms=50.0)
+    for i in range(1, 101):
+        book.record(_done(float(i), 1.0 + i / 100))
+    first = book.summary()
+    assert first.count == 100 and first.deadline_misses == 50
+    assert (round(first.p50_ms, 6), round(first.p95_ms, 6), round(first.p99_ms, 6)) == (
+        50.0,
+        95.0,
+        99.0,
+    )
+    assert len(first.recent_service_ms) == 100 and first.window_count == 100
+    assert abs(first.service_mean_ms - 1.505) < 1e-9
+    again = book.summary()
+    assert list(again.recent_service_ms) == [] and again.window_count == 0 and again.count == 100
+    for _ in range(RECENT_LIMIT + 50):
+        book.record(_done(10.0, 2.0))
+    assert len(book.summary().recent_service_ms) == RECENT_LIMIT  # bounded message size
