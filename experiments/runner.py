@@ -22,6 +22,7 @@ from experiments.model.params import ModelParams
 from experiments.scenario import Event, Scenario
 from parfusion.v1 import intent_pb2
 from services.allocator import convert, model, plans
+from services.allocator.formulas import observation_factor
 from services.allocator.policies.registry import get_policy
 from services.allocator.predictor import Predictor
 from services.nodeagent.backend import BackendOptions
@@ -111,13 +112,6 @@ def run_policy(
         if changed:
             specs = [convert.intent_to_spec(i, seq=seq[i.id]) for i in intents.values()]
         tel = backend.telemetry()
-        workers = {p.intent_id: p.workers for p in tel.pools}
-        for summary in tel.latencies:
-            if summary.intent_id in intents and summary.recent_service_ms:
-                units = workers.get(summary.intent_id) or allocated.get(summary.intent_id) or 1
-                predictor.observe_many(
-                    summary.intent_id, list(summary.recent_service_ms), units=units
-                )
         node = model.NodeState(
             name=params.node_name,
             cpu_units=len(tel.arena_cpus),
@@ -126,6 +120,18 @@ def run_policy(
             contention=convert.node_contention(tel),
             disturbance=convert.active_disturbance(tel),
         )
+        workers = {p.intent_id: p.workers for p in tel.pools}
+        by_id = {s.id: s for s in specs}
+        for summary in tel.latencies:
+            spec = by_id.get(summary.intent_id)
+            if spec is not None and summary.recent_service_ms:
+                units = workers.get(summary.intent_id) or allocated.get(summary.intent_id) or 1
+                last = previous.get(summary.intent_id)
+                level = last.degradation if last is not None else "NORMAL"
+                factor = observation_factor(spec, node, dmug_config, level)
+                predictor.observe_many(
+                    summary.intent_id, list(summary.recent_service_ms), units=units, factor=factor
+                )
         state = model.PlanInput(
             intents=specs,
             node=node,

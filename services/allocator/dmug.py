@@ -61,6 +61,9 @@ STATE_NAMES = ("ADMITTED", "THROTTLED", "DEGRADED", "PREEMPTED")
 
 # UnitPlan.outcome codes: why the intent has its units (drives the human-readable reason)
 MET, MET_DEGRADED, UNREACHABLE, SHORT, BATCH_ADMITTED, NOT_ADMITTED, WAS_PREEMPTED, FIXED = range(8)
+HELD_DEGRADED = 8  # NORMAL (or a lighter level) would meet, but the degraded level is held
+LEVEL_MARGIN = 0.1  # a lighter level must meet (1 - margin) x deadline before it is taken back
+LEVEL_INDEX = {name: i for i, name in enumerate(DEGRADATION_ORDER)}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -128,6 +131,8 @@ class IntentTable:
     prev_since: np.ndarray
     has_prev: np.ndarray
     level_factor: np.ndarray  # (3,) latency multiplier per degradation level
+    prev_level: np.ndarray  # previous decision's degradation level (index), 0 if none
+    prev_level_since: np.ndarray  # tick at which that level was taken
 
     @property
     def n(self) -> int:
@@ -225,10 +230,16 @@ def build_table(state: PlanInput, use_predictor: bool = True) -> IntentTable:
         has_prev = np.array([d is not None for d in prevs], dtype=bool).reshape(n)
         prev_units = np.fromiter((d.units if d else 0 for d in prevs), np.int64, n)
         prev_since = np.fromiter((d.since_tick if d else 0 for d in prevs), np.int64, n)
+        prev_level = np.fromiter(
+            (LEVEL_INDEX.get(d.degradation, 0) if d else 0 for d in prevs), np.int64, n
+        )
+        prev_level_since = np.fromiter((d.level_since_tick if d else 0 for d in prevs), np.int64, n)
     else:
         prev_units = np.zeros(n, dtype=np.int64)
         prev_since = np.zeros(n, dtype=np.int64)
         has_prev = np.zeros(n, dtype=bool)
+        prev_level = np.zeros(n, dtype=np.int64)
+        prev_level_since = np.zeros(n, dtype=np.int64)
     speed = state.config.degradation_speedup
     return IntentTable(
         specs=specs,
@@ -255,17 +266,24 @@ def build_table(state: PlanInput, use_predictor: bool = True) -> IntentTable:
         prev_since=prev_since,
         has_prev=has_prev,
         level_factor=np.array([float(speed.get(lvl, 1.0)) for lvl in DEGRADATION_ORDER]),
+        prev_level=prev_level,
+        prev_level_since=prev_level_since,
     )
 
 
-def units_to_meet(table: IntentTable, idx: np.ndarray, level: int) -> tuple[np.ndarray, np.ndarray]:
-    """Fewest units in [min, cap] with L(p) <= D at `level`, and whether that meets D at all.
+def units_to_meet(
+    table: IntentTable, idx: np.ndarray, level: int, scale: float = 1.0
+) -> tuple[np.ndarray, np.ndarray]:
+    """Fewest units in [min, cap] with L(p) <= D at `level`, and whether that meets D at all
+    (D = scale x deadline; scale < 1 asks for a margin).
 
     Closed form from L = a / (S - b) (a = T1*m, b = lambda*M1*m/1000): S(p) >= b + a/D, inverted
     through Amdahl, then checked and nudged with the latency formula itself so that the answer
     is exactly what ``predicted_latency_ms`` says.
     """
     r = table.take(idx)
+    if scale != 1.0:
+        r.deadline = r.deadline * scale
     lf = table.level_factor[level]
     factor = r.inflation * lf
     a = r.tail1 * factor
@@ -544,9 +562,12 @@ def plan_units(
                     lvl[idx] = level_i  # deepest allowed level tried so far (best effort)
                     meets[idx] = m2
         p_need = np.where(meets, p_need, table.min_units[dl])
+        code = np.where(meets, np.where(lvl > 0, MET_DEGRADED, MET), UNREACHABLE)
+        if options.degrade and options.hysteresis:
+            _hold_levels(table, dl, lvl, p_need, meets, code, state.tick, state.config)
         level[dl] = lvl
         need[dl] = p_need
-        outcome[dl] = np.where(meets, np.where(lvl > 0, MET_DEGRADED, MET), UNREACHABLE)
+        outcome[dl] = code
         slack_best = slack_ms(table.deadline[dl], table.latency(dl, cap[dl], lvl))
         keys: tuple[np.ndarray, ...]
         if options.order == "edf":
@@ -586,6 +607,18 @@ def plan_units(
                     free_at_ask[i] = free
     outcome[fixed] = FIXED
 
+    # Phase 2b: deadline work still at risk (unreachable, or short when it asked) takes free
+    # units up to its cap, in deadline order, before batch competes for them by NMU
+    if free > 0 and dl.size:
+        for i in order.tolist():
+            if free <= 0:
+                break
+            if units[i] > 0 and (outcome[i] == UNREACHABLE or outcome[i] == SHORT):
+                give = min(int(cap[i] - units[i]), free)
+                if give > 0:
+                    units[i] += give
+                    free -= give
+
     # Phase 3: leftover units
     running = np.flatnonzero((units > 0) & (preempted == 0) & (units < cap))
     if free > 0 and running.size:
@@ -620,6 +653,45 @@ def plan_units(
     )
 
 
+def _hold_levels(table, dl, lvl, p_need, meets, code, tick: int, config: DmugConfig) -> None:
+    """Hysteresis on the degradation level (in place, over the deadline rows dl).
+
+    A deeper level than last tick's is taken at once (the deadline is at risk). A lighter one is
+    taken only one step at a time, after dwell ticks at the current level, and only when that
+    step meets (1 - LEVEL_MARGIN) x deadline; otherwise the previous level is held. This keeps a
+    level from flapping on every tick around the point where the lighter level just meets.
+    """
+    prev = table.prev_level[dl]
+    allowed = table.ladder[dl]
+    prev = np.where(allowed[np.arange(dl.size), prev], prev, 0)
+    lighter = np.flatnonzero(meets & (prev > lvl) & (table.cls[dl] == ONLINE))
+    if lighter.size == 0:
+        return
+    dwelt = (tick - table.prev_level_since[dl[lighter]]) >= config.hysteresis_dwell_ticks
+    # one step: the deepest allowed level below the previous one (at least the one that meets)
+    step = lvl[lighter].copy()
+    for candidate in (1, 0):
+        ok = allowed[lighter, candidate] & (candidate < prev[lighter]) & (candidate > step)
+        step = np.where(ok, candidate, step)
+    hold = prev[lighter].copy()
+    hold_need = p_need[lighter].copy()
+    for level_i in (0, 1, 2):
+        sel = np.flatnonzero(hold == level_i)
+        if sel.size:
+            hold_need[sel], _ = units_to_meet(table, dl[lighter[sel]], level_i)
+    take = np.zeros(lighter.size, dtype=bool)
+    take_need = hold_need.copy()
+    for level_i in (0, 1):
+        sel = np.flatnonzero(dwelt & (step == level_i))
+        if sel.size:
+            p, m = units_to_meet(table, dl[lighter[sel]], level_i, 1.0 - LEVEL_MARGIN)
+            take[sel] = m
+            take_need[sel] = p
+    lvl[lighter] = np.where(take, step, hold)
+    p_need[lighter] = np.where(take, take_need, hold_need)
+    code[lighter] = np.where(lvl[lighter] == 0, MET, np.where(take, MET_DEGRADED, HELD_DEGRADED))
+
+
 def assess(
     table: IntentTable,
     units: np.ndarray,
@@ -648,7 +720,7 @@ def assess(
     risk = np.where(units > 0, everyone_rows.risk_at(lat), 1.0)
     risk = np.where(table.has_deadline, risk, 0.0)
     st = np.full(n, ADMITTED, dtype=np.int64)
-    st[(outcome == MET_DEGRADED) & (units > 0)] = DEGRADED
+    st[((outcome == MET_DEGRADED) | (outcome == HELD_DEGRADED)) & (units > 0)] = DEGRADED
     late = table.has_deadline & (risk > config.risk_threshold)
     st[late | (units == 0)] = THROTTLED
     st[preempted > 0] = PREEMPTED

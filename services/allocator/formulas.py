@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from services.allocator.model import NodeState, ServiceStats
+from services.allocator.model import DmugConfig, IntentSpec, NodeState, ServiceStats
 
 LATENCY_CEILING_MS = 1e9  # "never": an overloaded queue or a missing unit
 MAX_UTILISATION = 0.999  # queueing model cut-off: above it the queue does not drain
@@ -89,6 +89,23 @@ def latency_inflation(node: NodeState, gain: float, uses_gpu, network_bound):
     """pressure_inflation for one node's measured contention and disturbance."""
     d = node.disturbance
     return pressure_inflation(cpu_pressure(node), d.gpu, d.network, gain, uses_gpu, network_bound)
+
+
+def observation_factor(
+    spec: IntentSpec, node: NodeState, config: DmugConfig, degradation: str = "NORMAL"
+) -> float:
+    """Latency factor m a service time was observed under: level speed x pressure inflation.
+
+    The predictor divides observed samples by it, so its statistics describe the intent at
+    NORMAL and without pressure (what T1/M1 mean in ``predicted_latency_ms``); otherwise a time
+    measured at FP16 makes NORMAL look fast enough the next tick, and a time measured under a
+    disturbance is inflated twice.
+    """
+    uses_gpu = float(bool(spec.gpu_lane) or spec.gpu_share > 0)
+    network_bound = float(spec.workload_class in ("ONLINE", "ROBOT"))
+    level = float(config.degradation_speedup.get(degradation, 1.0))
+    inflation = float(latency_inflation(node, config.contention_gain, uses_gpu, network_bound))
+    return max(level * inflation, 1e-9)
 
 
 def service_at_one_unit(

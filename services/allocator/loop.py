@@ -25,6 +25,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from parfusion.v1 import intent_pb2, telemetry_pb2
 from services.allocator import convert, metrics, model, plans
+from services.allocator.formulas import observation_factor
 from services.allocator.peers import GpuLaneClient, NodeAgentClient
 from services.allocator.policies.registry import get_policy
 from services.allocator.predictor import Predictor
@@ -281,17 +282,26 @@ class ControlLoop:
         self, node: telemetry_pb2.NodeTelemetry, intents: Mapping[str, intent_pb2.ResourceIntent]
     ) -> None:
         """Service times go to the predictor at the parallelism they ran with (the pool's
-        workers, else the last allocation's), so it can rescale them with the speedup model."""
+        workers, else the last allocation's) and the latency factor they ran under (the last
+        decision's degradation level, the node's pressure), so it can rescale them to NORMAL."""
         workers = {p.intent_id: p.workers for p in node.pools}
         with self._lock:
             allocated = {i: a.workers for i, a in self._allocations.items()}
+            previous = self._previous
+            specs = {s.id: s for s in self._specs}
+            node_state = self._node_state()
         for summary in node.latencies:
             if summary.intent_id not in intents or not summary.recent_service_ms:
                 continue
             units = workers.get(summary.intent_id) or allocated.get(summary.intent_id) or 1
             samples = [x for x in summary.recent_service_ms if math.isfinite(x) and x >= 0]
+            spec, last = specs.get(summary.intent_id), previous.get(summary.intent_id)
+            factor = 1.0
+            if spec is not None:
+                level = last.degradation if last is not None else "NORMAL"
+                factor = observation_factor(spec, node_state, self.config.dmug, level)
             with self._predictor_lock:
-                self.predictor.observe_many(summary.intent_id, samples, units=units)
+                self.predictor.observe_many(summary.intent_id, samples, units=units, factor=factor)
 
     def service_stats(self) -> dict[str, model.ServiceStats]:
         """The predictor's per-intent statistics, as the policies read them."""

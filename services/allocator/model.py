@@ -129,6 +129,7 @@ class Decision:
     stream_priority: int = 0  # logical -1 low, 0 normal, 1 high
     gpu_concurrency: int = 0
     since_tick: int = 0  # tick at which units last changed (hysteresis dwell)
+    level_since_tick: int = 0  # tick at which the degradation level last changed
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,7 +3,9 @@
 Telemetry reports observed service times; the predictor keeps, per intent, an EWMA of the mean
 and streaming p95/p99 estimates (P-square, Jain & Chlamtac 1985: five markers per quantile), so
 memory per intent is constant however many samples arrive. Samples are tied to the parallelism
-they ran at (ServiceStats.observed_units); D-MUG rescales them through Amdahl's law. When the
+they ran at (ServiceStats.observed_units); D-MUG rescales them through Amdahl's law. Callers pass
+the latency factor the samples ran under (formulas.observation_factor: degradation level and
+pressure), and samples are stored divided by it, i.e. as NORMAL-level, pressure-free times. When the
 units change, a new regime starts and the previous one keeps answering until the new one has
 MIN_SAMPLES samples. Pure: no clock, no I/O.
 """
@@ -125,10 +127,15 @@ class Predictor:
         self._current: dict[str, _Regime] = {}
         self._previous: dict[str, _Regime] = {}
 
-    def observe(self, intent_id: str, service_ms: float, units: int = 1) -> None:
-        """Record one observed service time (ms) of `intent_id` running at `units`."""
+    def observe(
+        self, intent_id: str, service_ms: float, units: int = 1, factor: float = 1.0
+    ) -> None:
+        """Record one observed service time (ms) of `intent_id` running at `units` under latency
+        factor `factor` (stored as service_ms / factor)."""
         if not service_ms >= 0.0 or service_ms == float("inf"):
             raise ValueError("service_ms must be a finite, non-negative number")
+        if not 0.0 < factor < float("inf"):
+            raise ValueError("factor must be a finite, positive number")
         units = max(int(units), 1)
         cur = self._current.get(intent_id)
         if cur is None or cur.units != units:
@@ -136,11 +143,13 @@ class Predictor:
                 self._previous[intent_id] = cur
             cur = _Regime(units=units, alpha=self.alpha)
             self._current[intent_id] = cur
-        cur.add(float(service_ms))
+        cur.add(float(service_ms) / factor)
 
-    def observe_many(self, intent_id: str, samples: Iterable[float], units: int = 1) -> None:
+    def observe_many(
+        self, intent_id: str, samples: Iterable[float], units: int = 1, factor: float = 1.0
+    ) -> None:
         for x in samples:
-            self.observe(intent_id, x, units)
+            self.observe(intent_id, x, units, factor)
 
     def stats(self, intent_id: str) -> ServiceStats | None:
         cur = self._current.get(intent_id)

@@ -19,6 +19,7 @@ import numpy as np
 from services.allocator.dmug import (
     BATCH_ADMITTED,
     FIXED,
+    HELD_DEGRADED,
     MET,
     MET_DEGRADED,
     NOT_ADMITTED,
@@ -51,32 +52,41 @@ class Knobs:
 
 
 def cpu_sets(table: IntentTable, plan: UnitPlan, cpu_ids: tuple[int, ...], capacity: int):
-    """Disjoint core ranges: deadline work (least slack first) gets exclusive cores sized by its
-    share of the units, keeping one core for batch when batch runs; everyone else shares the rest."""
+    """CPU sets per intent and whether each one shares its cores with other work.
+
+    Deadline work gets exclusive cores sized by its share of the units, least slack first (then
+    deadline work the deadline phase did not order, e.g. non-elastic intents holding their
+    units), keeping one core for batch when batch runs; one that does not fit takes the
+    smallest possible block (one core) if that is left. Batch, and deadline work for which no
+    core was left, share the rest (all the arena when nothing is left).
+    """
     n = table.n
     sets: list[tuple[int, ...]] = [()] * n
+    exclusive = np.zeros(n, dtype=bool)
     if not cpu_ids:
-        return sets
+        return sets, exclusive
     c = len(cpu_ids)
     running = plan.units > 0
+    deadline_running = table.has_deadline & running
     batch_running = bool((running & ~table.has_deadline).any())
     reserve = 1 if batch_running else 0
+    ordered = [i for i in plan.order.tolist() if deadline_running[i]]
+    seen = set(ordered)
+    ordered += [i for i in np.flatnonzero(deadline_running).tolist() if i not in seen]
     pos = 0
-    exclusive = np.zeros(n, dtype=bool)
-    for i in plan.order.tolist():
-        u = int(plan.units[i])
-        if u <= 0:
-            continue
-        k = max(1, u * c // max(capacity, 1))
+    for i in ordered:
+        k = max(1, int(plan.units[i]) * c // max(capacity, 1))
         if pos + k > c - reserve:
-            break
+            k = 1
+            if pos + k > c - reserve:
+                continue
         sets[i] = cpu_ids[pos : pos + k]
         exclusive[i] = True
         pos += k
     shared = cpu_ids[pos:] or cpu_ids
     for i in np.flatnonzero(running & ~exclusive).tolist():
         sets[i] = shared
-    return sets
+    return sets, exclusive
 
 
 def gpu_shares(table: IntentTable, plan: UnitPlan, lanes: tuple[LaneCapacity, ...], rank):
@@ -176,6 +186,12 @@ def reasons(table: IntentTable, plan: UnitPlan, policy: str) -> list[str]:
             f"degraded to {levels[lv]}: {dd:g} ms unreachable at {cc} units at NORMAL; "
             f"{uu} units meet it at {levels[lv]} (pred p99 {pp:.1f} ms)"
         )
+    idx, rows = group(HELD_DEGRADED, lvl, d, units, p99)
+    for i, (lv, dd, uu, pp) in zip(idx, rows, strict=True):
+        out[i] = (
+            f"holding {levels[lv]}: a lighter level would meet {dd:g} ms, but not yet with "
+            f"margin for long enough; {uu} units (pred p99 {pp:.1f} ms)"
+        )
     idx, rows = group(UNREACHABLE, d, cap, lvl, units, p99)
     for i, (dd, cc, lv, uu, pp) in zip(idx, rows, strict=True):
         out[i] = (
@@ -245,7 +261,10 @@ def decide(
     why = reasons(table, plan, policy)
 
     if knobs.cross_layer:
-        sets = cpu_sets(table, plan, tuple(node.cpu_ids), capacity)
+        sets, exclusive = cpu_sets(table, plan, tuple(node.cpu_ids), capacity)
+        squeezed = np.flatnonzero(deadline & running & ~exclusive)
+        for i in squeezed.tolist():
+            why[i] += f"; shares {len(sets[i])} cpus with other work (no dedicated core left)"
         batch_nice = np.rint(19 - 9 * np.clip(table.weight * 1001 - 1, 0, 1000) / 1000).astype(int)
         nice = np.where(deadline, 0, np.where(at_risk, 19, batch_nice))
         sched = np.where(deadline, "other", "idle" if at_risk else "batch")
@@ -290,6 +309,8 @@ def decide(
 
     same = table.has_prev & (table.prev_units == units)
     since = np.where(same, table.prev_since, state.tick).tolist()
+    same_level = table.has_prev & (table.prev_level == plan.level)
+    level_since = np.where(same_level, table.prev_level_since, state.tick).tolist()
     level_names = [DEGRADATION_ORDER[v] for v in plan.level.tolist()]
     decisions = build_decisions(
         n,
@@ -314,6 +335,7 @@ def decide(
         stream_priority=prio_l,
         gpu_concurrency=conc,
         since_tick=since,
+        level_since_tick=level_since,
     )
     degraded = int(((plan.level > 0) & running).sum())
     return PlanResult(
