@@ -66,6 +66,27 @@ def measure_seconds(
     return out
 
 
+def command_line(ns: argparse.Namespace) -> str:
+    """The invocation, rebuilt from the parsed options (whoever called it: CLI, script, test)."""
+    args = ["parfusion", "bench", "cpu-corun"]
+    for name in (
+        "seconds",
+        "profile",
+        "loads",
+        "repetitions",
+        "phases",
+        "warmup",
+        "seed",
+        "arena_cores",
+    ):
+        value = getattr(ns, name, None)
+        if value is not None:
+            args += [f"--{name.replace('_', '-')}", str(value)]
+    if getattr(ns, "quiet", False):
+        args.append("--quiet")
+    return shlex.join(args)
+
+
 def conditions() -> dict[str, Any]:
     model = platform.processor()
     try:
@@ -158,8 +179,7 @@ def run(ns: argparse.Namespace) -> int:
     doc: dict[str, Any] = {
         "benchmark": "cpu-corun",
         "started_at": started.isoformat(timespec="seconds"),
-        "command": "parfusion bench cpu-corun "
-        + shlex.join(sys.argv[3:] if sys.argv[1:3] == ["bench", "cpu-corun"] else sys.argv[1:]),
+        "command": command_line(ns),
         "seconds": budget,
         "wall_s": time.monotonic() - wall0,
         "profile": dataclasses.asdict(profile),
