@@ -426,6 +426,12 @@ class RealBackend:
         with self._lock:
             self._intents[intent_id].listeners.append(listener)
 
+    @property
+    def plan_generation(self) -> int:
+        """Generation of the last plan applied."""
+        with self._lock:
+            return self._generation
+
     def pool_sizes(self) -> dict[str, int]:
         """Workers per intent right now (no telemetry side effects: nothing is drained)."""
         with self._lock:

@@ -103,12 +103,13 @@ def test_intent_reaches_the_pools_and_telemetry_reaches_the_predictor(loop) -> N
         is not None
     )
     stub.SubmitIntent(allocator_pb2.SubmitIntentRequest(intent=_online_intent()), timeout=5)
-    submitted = time.monotonic()
+    snapshot = allocator.handle.loop.current()
+    submitted_at = snapshot.generation if snapshot is not None else 0
     took = _wait(lambda: _workers(agents[0], "web") > 0, 5.0)
     assert took is not None, "the intent never reached the agent's pools"
-    assert time.monotonic() - submitted <= 2 * TICK_S + 0.15, (
-        f"pools changed after {took:.3f}s (> two ticks)"
-    )
+    # Counted in ticks (plan generations), not wall time: a busy host stretches ticks, not this.
+    applied_in = agents[0].backend.plan_generation - submitted_at  # type: ignore[attr-defined]
+    assert applied_in <= 2, f"pools changed {applied_in} ticks after the submission ({took:.3f}s)"
 
     # Real service times flow back: the allocator's predictor learns them from the agent.
     predictor = allocator.handle.loop.predictor
