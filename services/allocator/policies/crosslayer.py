@@ -70,16 +70,18 @@ def cpu_sets(table: IntentTable, plan: UnitPlan, cpu_ids: tuple[int, ...], capac
     deadline_running = table.has_deadline & running
     batch_running = bool((running & ~table.has_deadline).any())
     reserve = 1 if batch_running else 0
-    ordered = [i for i in plan.order.tolist() if deadline_running[i]]
-    seen = set(ordered)
-    ordered += [i for i in np.flatnonzero(deadline_running).tolist() if i not in seen]
-    pos = 0
-    for i in ordered:
-        k = max(1, int(plan.units[i]) * c // max(capacity, 1))
-        if pos + k > c - reserve:
+    order = plan.order[deadline_running[plan.order]]
+    unordered = np.ones(n, dtype=bool)
+    unordered[order] = False
+    ordered = np.concatenate((order, np.flatnonzero(deadline_running & unordered)))
+    units = plan.units[ordered].tolist()
+    pos, room = 0, c - reserve
+    for i, u in zip(ordered.tolist(), units, strict=True):
+        if pos >= room:
+            break  # no core left: the rest shares
+        k = max(1, u * c // max(capacity, 1))
+        if pos + k > room:
             k = 1
-            if pos + k > c - reserve:
-                continue
         sets[i] = cpu_ids[pos : pos + k]
         exclusive[i] = True
         pos += k
