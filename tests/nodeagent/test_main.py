@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import grpc
+import httpx
 import psutil
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -20,7 +21,7 @@ from tests.conftest import ROOT, free_port
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
-def _start(home: Path, port: int) -> subprocess.Popen[bytes]:
+def _start(home: Path, port: int, metrics_port: int | None = None) -> subprocess.Popen[bytes]:
     env = {
         **os.environ,
         "PARFUSION_HOME": str(home),
@@ -35,7 +36,7 @@ def _start(home: Path, port: int) -> subprocess.Popen[bytes]:
             "--port",
             str(port),
             "--metrics-port",
-            str(free_port()),
+            str(metrics_port or free_port()),
         ],
         cwd=ROOT,
         env=env,
@@ -95,12 +96,15 @@ def _gone(pids: list[int], timeout: float = 8.0) -> bool:
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
 def test_agent_exit_leaves_no_worker(home: Path, sig: signal.Signals) -> None:
-    port = free_port()
-    proc = _start(home, port)
+    port, metrics_port = free_port(), free_port()
+    proc = _start(home, port, metrics_port)
     try:
         pids = _serve_plan(port)
         assert len(pids) == 3
         assert all(psutil.Process(p).ppid() == proc.pid for p in pids)
+        metrics = httpx.get(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5).text
+        assert 'parfusion_nodeagent_plans_applied_total{outcome="applied"} 1.0' in metrics
+        assert "parfusion_nodeagent_owned_processes 3.0" in metrics
         proc.send_signal(sig)
         proc.wait(15)
         assert _gone(pids), "worker processes outlived the agent"
