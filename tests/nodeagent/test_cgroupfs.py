@@ -153,3 +153,46 @@ def test_default_real_backend_never_writes_sys_fs_cgroup(home: Path, tmp_path: P
     assert snapshot(mount) == before
     sys_after = {p: os.stat(p).st_mtime_ns for p in sys_before if p.exists()}
     assert sys_after == sys_before
+
+
+@pytest.mark.integration
+def test_delegated_backend_writes_inside_the_subtree_and_attaches_its_workers(
+    home: Path, tmp_path: Path
+) -> None:
+    from parfusion.v1 import intent_pb2
+    from services.nodeagent.backend import BackendOptions
+    from services.nodeagent.real import RealBackend
+
+    root = fake_cgroupfs(tmp_path / "delegated")
+    sibling = fake_cgroupfs(tmp_path / "sibling")
+    sibling_before = snapshot(sibling)
+    options = BackendOptions(
+        run_dir=home / "run", cgroup_mode="delegated", cgroup_delegated_path=str(root)
+    )
+    backend = RealBackend(options, generate_arrivals=False)
+    try:
+        plan = intent_pb2.NodePlan(
+            generation=2,
+            allocations=[
+                intent_pb2.Allocation(
+                    intent_id="train",
+                    workload_class=intent_pb2.WORKLOAD_CLASS_BATCH,
+                    workers=2,
+                    cgroup=intent_pb2.CgroupPlan(
+                        path="parfusion/train", cpu_weight=10, cpu_max="50000 100000"
+                    ),
+                )
+            ],
+        )
+        applied = backend.apply(plan)
+        assert applied[0].cgroup_mode == "delegated"
+        group = root / "parfusion" / "train"
+        assert (group / "cpu.weight").read_text() == "10"
+        assert (group / "cpu.max").read_text() == "50000 100000"
+        attached = {int(x) for x in (group / "cgroup.procs").read_text().split()}
+        assert attached == backend.owned_pids() and len(attached) == 2
+        doc = json.loads(Path(backend.cgroup_plan_path()).read_text())
+        assert doc["mode"] == "delegated" and not doc["errors"]
+    finally:
+        backend.stop()
+    assert snapshot(sibling) == sibling_before
