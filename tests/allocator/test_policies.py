@@ -252,3 +252,21 @@ def test_batch_yields_only_while_deadline_work_can_be_helped():
     r = get_policy("parfusion").allocate(state).by_id()
     assert "needs" in r["s"].reason and r["s"].state == "THROTTLED"
     assert r["t"].sched_policy == "idle" and r["t"].nice == 19 and r["t"].cpu_weight == 1
+
+
+def test_build_decisions_makes_real_frozen_decisions():
+    import dataclasses
+
+    from services.allocator.policies.crosslayer import build_decisions
+
+    fields = [f.name for f in dataclasses.fields(Decision)]
+    rows = [
+        Decision(f"i{k}", k, degradation="FP16", reason=f"r{k}", cpu_set=(k,), since_tick=k)
+        for k in range(5)
+    ]
+    built = build_decisions(5, **{name: [getattr(r, name) for r in rows] for name in fields})
+    assert built == tuple(rows) and all(type(d) is Decision for d in built)
+    assert [repr(d) for d in built] == [repr(r) for r in rows]
+    assert hash(built[0]) == hash(rows[0])
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        built[0].units = 9  # type: ignore[misc]
