@@ -17,6 +17,7 @@ Phases of one tick (``plan_units``):
 
 from __future__ import annotations
 
+import itertools
 import operator
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -43,6 +44,7 @@ from services.allocator.formulas import (  # noqa: F401
 )
 from services.allocator.model import (
     DEGRADATION_ORDER,
+    Decision,
     DmugConfig,
     IntentSpec,
     PlanInput,
@@ -95,8 +97,11 @@ _NUMERIC = (
     "seq",
 )
 _OTHER = ("id", "workload_class", "gpu_lane", "gpu_share", "degradation", "preemptible", "elastic")
-_NUMERIC_GETTERS = tuple(operator.attrgetter(name) for name in _NUMERIC)
-_OTHER_GETTERS = tuple(operator.attrgetter(name) for name in _OTHER)
+_NUMERIC_GETTER = operator.attrgetter(*_NUMERIC)
+_OTHER_GETTER = operator.attrgetter(*_OTHER)
+_PREVIOUS_GETTER = operator.attrgetter("units", "since_tick", "level_since_tick")
+_LEVEL_GETTER = operator.attrgetter("degradation")
+_NO_PREVIOUS = Decision("", 0)  # stands in for "no previous decision" (units 0, NORMAL)
 
 
 def _ladder_bits(ladder: tuple[str, ...]) -> tuple[bool, bool, bool]:
@@ -193,21 +198,23 @@ def build_table(state: PlanInput, use_predictor: bool = True) -> IntentTable:
     specs = state.intents
     n = len(specs)
     capacity = max(int(state.node.cpu_units), 0)
-    # one C-level pass per column (map + attrgetter) beats a per-intent tuple and a transpose
-    num = [np.fromiter(map(get, specs), np.float64, n) for get in _NUMERIC_GETTERS]
-    ids, classes, lanes, shares, ladders, preemptible, elastic = (
-        list(map(get, specs)) for get in _OTHER_GETTERS
-    )
+    # one C-level pass: a tuple per intent (attrgetter), flattened straight into one array
+    flat = itertools.chain.from_iterable(map(_NUMERIC_GETTER, specs))
+    num = np.fromiter(flat, np.float64, n * len(_NUMERIC)).reshape(n, len(_NUMERIC)).T.copy()
     prio, deadline, mn, mx, pref, f, base, arrival, seq = num
+    if n:
+        ids, classes, lanes, shares, ladders, preemptible, elastic = (
+            list(col) for col in zip(*map(_OTHER_GETTER, specs), strict=True)
+        )
+    else:
+        ids, classes, lanes, shares, ladders, preemptible, elastic = ([] for _ in _OTHER)
     cls = np.fromiter(map(Z_CLASS.get, classes, [BATCH] * n), dtype=np.int8, count=n)
     f = np.minimum(np.maximum(f, 0.0), 1.0)
     has_deadline = (cls != BATCH) & (deadline > 0)
     mn = np.maximum(mn, 1)
     cap = np.where(mx > 0, np.minimum(mx, capacity), capacity)
     mn = np.minimum(mn, np.maximum(cap, 1))
-    uses_gpu = np.array(lanes, dtype=bool).reshape(n) | (
-        np.array(shares, np.float64).reshape(n) > 0
-    )
+    uses_gpu = np.fromiter(map(bool, lanes), bool, n) | (np.fromiter(shares, np.float64, n) > 0)
     network_bound = ((cls == ONLINE) | (cls == ROBOT)).astype(np.float64)
     inflation = latency_inflation(
         state.node, state.config.contention_gain, uses_gpu.astype(np.float64), network_bound
@@ -222,18 +229,18 @@ def build_table(state: PlanInput, use_predictor: bool = True) -> IntentTable:
                 tail1[i], mean1[i], rel[i] = service_at_one_unit(
                     st, specs[i].base_service_ms, float(f[i]), specs[i].target_percentile
                 )
-    memo: dict[tuple[str, ...], tuple[bool, bool, bool]] = {}
-    bits = [memo.get(t) or memo.setdefault(t, _ladder_bits(t)) for t in ladders]
-    ladder = np.array(bits, dtype=bool).reshape(n, 3)
+    distinct = {t: k for k, t in enumerate(dict.fromkeys(ladders))}
+    bits = np.array([_ladder_bits(t) for t in distinct], dtype=bool).reshape(len(distinct), 3)
+    ladder = bits[np.fromiter(map(distinct.__getitem__, ladders), np.int64, n)]
     if state.previous:
-        prevs = list(map(state.previous.get, ids))
-        has_prev = np.array([d is not None for d in prevs], dtype=bool).reshape(n)
-        prev_units = np.fromiter((d.units if d else 0 for d in prevs), np.int64, n)
-        prev_since = np.fromiter((d.since_tick if d else 0 for d in prevs), np.int64, n)
-        prev_level = np.fromiter(
-            (LEVEL_INDEX.get(d.degradation, 0) if d else 0 for d in prevs), np.int64, n
+        prevs = list(map(state.previous.get, ids, itertools.repeat(_NO_PREVIOUS, n)))
+        has_prev = np.fromiter(map(operator.is_not, prevs, itertools.repeat(_NO_PREVIOUS)), bool, n)
+        flat = itertools.chain.from_iterable(map(_PREVIOUS_GETTER, prevs))
+        prev_units, prev_since, prev_level_since = (
+            np.fromiter(flat, np.int64, 3 * n).reshape(n, 3).T.copy()
         )
-        prev_level_since = np.fromiter((d.level_since_tick if d else 0 for d in prevs), np.int64, n)
+        levels = map(LEVEL_INDEX.get, map(_LEVEL_GETTER, prevs), itertools.repeat(0))
+        prev_level = np.fromiter(levels, np.int64, n)
     else:
         prev_units = np.zeros(n, dtype=np.int64)
         prev_since = np.zeros(n, dtype=np.int64)
@@ -259,8 +266,8 @@ def build_table(state: PlanInput, use_predictor: bool = True) -> IntentTable:
         inflation=np.asarray(inflation, dtype=np.float64) * np.ones(n),
         uses_gpu=uses_gpu,
         ladder=ladder,
-        preemptible=np.array(preemptible, dtype=bool).reshape(n),
-        elastic=np.array(elastic, dtype=bool).reshape(n),
+        preemptible=np.fromiter(preemptible, bool, n),
+        elastic=np.fromiter(elastic, bool, n),
         seq=seq,
         prev_units=prev_units,
         prev_since=prev_since,
