@@ -10,7 +10,10 @@ reference policies) only the pool sizes change and every OS/GPU knob keeps its d
 from __future__ import annotations
 
 import dataclasses
+from collections import deque
 from dataclasses import dataclass
+from itertools import repeat
+from operator import attrgetter
 
 import numpy as np
 
@@ -38,6 +41,8 @@ from services.allocator.model import (
 )
 from services.allocator.waterfill import select_increments
 
+_HINT = attrgetter("gpu_stream_priority_hint")
+_CONCURRENCY = attrgetter("gpu_concurrency")
 CPU_PERIOD_US = 100_000
 MIN_CPU_QUOTA_US = 1_000  # the kernel's floor for cpu.max
 DEFAULT_GPU_CONCURRENCY_CAP = 4
@@ -259,10 +264,9 @@ def build_decisions(n: int, **columns: list) -> tuple[Decision, ...]:
     cols = [columns[name] for name in _DECISION_FIELDS]
     if not _FAST_BUILD:
         return tuple(map(Decision, *cols))
-    objs = list(map(_DecisionDraft, *cols))
-    for obj in objs:
-        obj.__class__ = Decision
-    return tuple(objs)  # type: ignore[arg-type]
+    objs = tuple(map(_DecisionDraft, *cols))
+    deque(map(setattr, objs, repeat("__class__"), repeat(Decision)), maxlen=0)
+    return objs  # type: ignore[arg-type]
 
 
 def decide(
@@ -303,12 +307,9 @@ def decide(
         ).astype(int)
         c = len(node.cpu_ids) or capacity
         quota = np.maximum(np.rint(units * c / max(capacity, 1) * CPU_PERIOD_US), MIN_CPU_QUOTA_US)
-        uncapped = (deadline & running).tolist()
-        memo: dict[int, str] = {}
-        cpu_max = [
-            "max" if free_run else memo.get(q) or memo.setdefault(q, f"{q} {CPU_PERIOD_US}")
-            for free_run, q in zip(uncapped, quota.astype(np.int64).tolist(), strict=True)
-        ]
+        distinct, which = np.unique(quota.astype(np.int64), return_inverse=True)
+        texts = np.array([f"{q} {CPU_PERIOD_US}" for q in distinct.tolist()] + ["max"], object)
+        cpu_max = texts[np.where(deadline & running, distinct.size, which.reshape(n))].tolist()
         nice_l, sched_l, weight_l = nice.tolist(), sched.tolist(), weight.tolist()
     else:
         sets = [()] * n
@@ -320,17 +321,16 @@ def decide(
         indexes = {lane.name: tuple(lane.gpu_indexes) for lane in node.lanes}
         gidx = [indexes.get(name, ()) if name else () for name in lane_of]
         prio = np.where(deadline, 1, -1 if at_risk else 0)
-        prio = np.where(
-            deadline, prio, np.minimum(prio, [s.gpu_stream_priority_hint for s in table.specs])
-        )
-        prio = np.clip(prio, -1, 1)
-        conc = [
-            (s.gpu_concurrency or max(1, min(u, DEFAULT_GPU_CONCURRENCY_CAP))) if lane else 0
-            for s, u, lane in zip(table.specs, units.tolist(), lane_of, strict=True)
-        ]
-        prio_l = [p if lane else 0 for p, lane in zip(prio.tolist(), lane_of, strict=True)]
+        hint = np.fromiter(map(_HINT, table.specs), np.int64, n)
+        prio = np.clip(np.where(deadline, prio, np.minimum(prio, hint)), -1, 1)
+        has_lane = np.fromiter(map(bool, lane_of), bool, n)
+        asked = np.fromiter(map(_CONCURRENCY, table.specs), np.int64, n)
+        default = np.clip(units, 1, DEFAULT_GPU_CONCURRENCY_CAP)
+        conc = np.where(has_lane, np.where(asked > 0, asked, default), 0).tolist()
+        prio_l = np.where(has_lane, prio, 0).tolist()
         share_l = share.tolist()
-        why = [w + x if x else w for w, x in zip(why, note, strict=True)]
+        if any(note):
+            why = [w + x if x else w for w, x in zip(why, note, strict=True)]
     else:
         lane_of, gidx, share_l = [""] * n, [()] * n, [0.0] * n
         prio_l, conc = [0] * n, [0] * n
