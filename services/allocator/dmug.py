@@ -303,6 +303,7 @@ def units_to_meet(
         p_real = np.where(denom > 0, f / np.where(denom > 0, denom, 1.0), np.inf)
     lo, hi = table.min_units[idx], r.cap
     p = np.minimum(np.maximum(np.ceil(np.minimum(p_real, 1e12)), lo), np.maximum(hi, lo))
+    p = np.where(f <= 0.0, lo, p)  # no parallel part: every p has the latency of the minimum
     p = p.astype(np.int64)
     lat = r.latency(p, lf)
     for _ in range(2):

@@ -358,3 +358,12 @@ def test_pressure_raises_predicted_latency_and_units():
     t_calm, p_calm = dmug.plan_units(calm)
     t_hot, p_hot = dmug.plan_units(hot)
     assert p_hot.need[0] > p_calm.need[0]
+
+
+def test_units_to_meet_without_a_parallel_part_is_the_minimum():
+    # f = 0: the latency is the same at every p, exactly on the deadline here
+    spec = IntentSpec(id="u", name="u", workload_class="URGENT", deadline_ms=1.0, min_units=1,
+                      parallel_fraction=0.0, base_service_ms=1.0)  # fmt: skip
+    table = dmug.build_table(PlanInput(intents=[spec], node=NodeState(name="n", cpu_units=12)))
+    p, meets = dmug.units_to_meet(table, np.array([0]), 0)
+    assert meets[0] and p[0] == 1
