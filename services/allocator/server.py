@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import logging
 import math
-import signal
-import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +24,12 @@ from services.allocator.validation import normalize_intent
 from services.allocator.watch import END, PlanSnapshot
 from services.common.config import ServiceSettings, parse_service_args, resolve_path
 from services.common.errors import InvalidArgument
-from services.common.grpc_server import Registration, RunningServer, start_grpc_server
+from services.common.grpc_server import (
+    Registration,
+    RunningServer,
+    start_grpc_server,
+    wait_for_shutdown_signal,
+)
 from services.common.logs import configure_logging
 
 log = logging.getLogger(__name__)
@@ -292,8 +295,6 @@ class RunningAllocator:
 
     def stop(self, grace: float = 1.0) -> None:
         """Health NOT_SERVING, end WatchPlans streams cleanly, drain RPCs, close the store."""
-        self.server.health.enter_graceful_shutdown()
-        self.handle.loop.feed.close()
         self.server.stop(grace)
 
 
@@ -317,6 +318,7 @@ def start_allocator(
     except Exception:
         handle.stop()
         raise
+    server.on_drain(handle.loop.feed.close)
     for hook in hooks:
         server.on_stop(hook)
     return RunningAllocator(server=server, handle=handle)
@@ -334,14 +336,6 @@ def main(argv: list[str] | None = None) -> None:
             "db": str(running.handle.store.path),
         },
     )
-    done = threading.Event()
-
-    def _stop(signum: int, _frame: Any) -> None:
-        log.info("shutting down", extra={"signal": signal.Signals(signum).name})
-        done.set()
-
-    signal.signal(signal.SIGTERM, _stop)
-    signal.signal(signal.SIGINT, _stop)
-    done.wait()
+    wait_for_shutdown_signal()
     running.stop(grace=2.0)
     log.info("stopped")

@@ -37,6 +37,7 @@ class RunningServer:
     metrics_port: int | None = None
     metrics_server: Any = None
     _on_stop: list[Callable[[], None]] = field(default_factory=list)
+    _on_drain: list[Callable[[], None]] = field(default_factory=list)
     _stopped: threading.Event = field(default_factory=threading.Event)
 
     @property
@@ -44,13 +45,24 @@ class RunningServer:
         return f"127.0.0.1:{self.port}"
 
     def on_stop(self, fn: Callable[[], None]) -> None:
+        """Run after the server stopped (close stores, stop worker pools)."""
         self._on_stop.append(fn)
+
+    def on_drain(self, fn: Callable[[], None]) -> None:
+        """Run after health turned NOT_SERVING and before the server stops: end open streams
+        cleanly here, so they finish with OK instead of being cancelled by ``server.stop``."""
+        self._on_drain.append(fn)
 
     def stop(self, grace: float = 2.0) -> None:
         if self._stopped.is_set():
             return
         self._stopped.set()
         self.health.enter_graceful_shutdown()
+        for fn in self._on_drain:
+            try:
+                fn()
+            except Exception:
+                log.exception("drain hook failed")
         self.server.stop(grace).wait(grace + 1)
         for fn in reversed(self._on_stop):
             try:
@@ -125,6 +137,13 @@ def serve_forever(
             "services": ",".join(running.service_names),
         },
     )
+    wait_for_shutdown_signal()
+    running.stop(grace=2.0)
+    log.info("stopped")
+
+
+def wait_for_shutdown_signal() -> None:
+    """Block the main thread until SIGTERM or SIGINT."""
     done = threading.Event()
 
     def _stop(signum: int, _frame: Any) -> None:
@@ -134,5 +153,3 @@ def serve_forever(
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
     done.wait()
-    running.stop(grace=2.0)
-    log.info("stopped")
