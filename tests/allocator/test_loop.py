@@ -238,3 +238,26 @@ def test_pushes_carry_the_api_token(store: IntentStore) -> None:
             assert len(agent.plans) == pushed  # ApplyNodePlan is refused without the token
     finally:
         server.stop(0)
+
+
+def test_predictor_samples_normalised_by_level_and_pressure(store: IntentStore) -> None:
+    """Samples measured at FP16 under 50 % CPU pressure are stored as NORMAL, pressure-free
+    times (x 1 / (0.6 x 1.5)), so the next tick does not take FP16's speed for NORMAL's."""
+    import dataclasses
+
+    (web,) = submit(store, online_intent())
+    loop = make_loop(store)
+    try:
+        loop.tick()
+        with loop._lock:  # the last decision ran the intent at FP16
+            loop._previous = {web: dataclasses.replace(loop._previous[web], degradation="FP16")}
+        node = telemetry_pb2.NodeTelemetry(arena_cpus=[0, 1])
+        node.cpu_pressure.CopyFrom(telemetry_pb2.Pressure(some_avg10=50.0, available=True))
+        node.latencies.add(intent_id=web, recent_service_ms=[27.0] * 6)
+        node.pools.add(intent_id=web, workers=1)
+        loop.report(node, None)
+    finally:
+        loop.stop()
+    stats = loop.service_stats()[web]
+    assert stats.count == 6 and stats.observed_units == 1
+    assert stats.mean_ms == pytest.approx(27.0 / (0.6 * 1.5))
