@@ -14,6 +14,7 @@ from collections import deque
 from dataclasses import dataclass
 from itertools import repeat
 from operator import attrgetter
+from typing import Any
 
 import numpy as np
 
@@ -232,14 +233,15 @@ class _DecisionDraft:
     __slots__ = tuple(getattr(Decision, "__slots__", ()))
 
 
+_init_ns: dict[str, Any] = {}
 exec(  # noqa: S102 - a positional __init__ over Decision's own field names
     "def __init__(self, "
     + ", ".join(_DECISION_FIELDS)
     + "):\n"
     + "".join(f"    self.{name} = {name}\n" for name in _DECISION_FIELDS),
-    _init_ns := {},
+    _init_ns,
 )
-_DecisionDraft.__init__ = _init_ns["__init__"]  # type: ignore[misc]
+_DecisionDraft.__init__ = _init_ns["__init__"]  # type: ignore[method-assign]
 
 
 def _draft_build_works() -> bool:
@@ -266,7 +268,7 @@ def build_decisions(n: int, **columns: list) -> tuple[Decision, ...]:
         return tuple(map(Decision, *cols))
     objs = tuple(map(_DecisionDraft, *cols))
     deque(map(setattr, objs, repeat("__class__"), repeat(Decision)), maxlen=0)
-    return objs  # type: ignore[arg-type]
+    return objs  # type: ignore[return-value]
 
 
 def decide(
