@@ -213,9 +213,10 @@ def score_nodes_arrays(
     return NodeScores(fits, code, asked, running, level, slack, risk, nmu, score)
 
 
-def _reason(
-    code: int, intent: IntentSpec, view: NodeView, units: int, level: int, s: NodeScores, i
-):
+def failure_reason(
+    code: int, intent: IntentSpec, view: NodeView, units: int, level: int, s: NodeScores, i: int
+) -> str:
+    """Why node `view` (row i of `s`) does or does not fit `intent`, from its reason code."""
     if code == NO_LANE:
         lane = intent.gpu_lane or "any"
         return f"GPU lane {lane} unavailable on {view.name}"
@@ -264,7 +265,7 @@ def score_nodes(
         out.append(
             PlacementScore(
                 fits=fits,
-                reason=_reason(code, intent, views[i], units, level, s, i),
+                reason=failure_reason(code, intent, views[i], units, level, s, i),
                 nmu=float(s.nmu[i]),
                 slack_ms=float(s.slack_ms[i]),
                 deadline_risk=float(s.deadline_risk[i]),

@@ -126,7 +126,9 @@ def _score_classes(
             units=int(s.units[j]),
             reason=""
             if fits
-            else placement._reason(code, intent, views[j], int(s.units[j]), int(s.level[j]), s, j),
+            else placement.failure_reason(
+                code, intent, views[j], int(s.units[j]), int(s.level[j]), s, j
+            ),
         )
     return out
 
