@@ -10,10 +10,7 @@ reference policies) only the pool sizes change and every OS/GPU knob keeps its d
 from __future__ import annotations
 
 import dataclasses
-import gc
 from collections import deque
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from itertools import repeat
 from operator import attrgetter
@@ -49,7 +46,6 @@ _HINT = attrgetter("gpu_stream_priority_hint")
 _CONCURRENCY = attrgetter("gpu_concurrency")
 _LEVEL_NAMES = np.array(DEGRADATION_ORDER, dtype=object)  # index -> name, one gather per tick
 _STATE_NAMES = np.array(STATE_NAMES, dtype=object)
-GC_PAUSE_DECISIONS = 2_000  # from this many Decisions, collection waits until they are built
 CPU_PERIOD_US = 100_000
 MIN_CPU_QUOTA_US = 1_000  # the kernel's floor for cpu.max
 DEFAULT_GPU_CONCURRENCY_CAP = 4
@@ -270,30 +266,11 @@ def build_decisions(n: int, **columns: list) -> tuple[Decision, ...]:
     if set(columns) != set(_DECISION_FIELDS):
         raise TypeError(f"build_decisions needs exactly the fields {_DECISION_FIELDS}")
     cols = [columns[name] for name in _DECISION_FIELDS]
-    with _collection_paused(n >= GC_PAUSE_DECISIONS):
-        if not _FAST_BUILD:
-            return tuple(map(Decision, *cols))
-        objs = tuple(map(_DecisionDraft, *cols))
-        deque(map(setattr, objs, repeat("__class__"), repeat(Decision)), maxlen=0)
+    if not _FAST_BUILD:
+        return tuple(map(Decision, *cols))
+    objs = tuple(map(_DecisionDraft, *cols))
+    deque(map(setattr, objs, repeat("__class__"), repeat(Decision)), maxlen=0)
     return objs  # type: ignore[return-value]
-
-
-@contextmanager
-def _collection_paused(pause: bool) -> Iterator[None]:
-    """Hold the cyclic garbage collector while thousands of acyclic Decisions are created.
-
-    Each allocation counts toward a generation-0 collection, and every collection walks the
-    young objects: at 10,000 intents that is about 40% of building the Decisions. Nothing built
-    here forms a cycle, so waiting loses nothing; the collector's previous state is restored.
-    """
-    was_enabled = pause and gc.isenabled()
-    if was_enabled:
-        gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 def decide(
