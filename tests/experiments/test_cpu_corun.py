@@ -133,7 +133,9 @@ def test_short_co_run_writes_json_figures_and_report(home: Path) -> None:
         or len(doc["calibration"]["attempts"]) == 3
     )
     assert doc["calibration"]["capacity_per_s"] > 0
-    assert doc["command"].startswith("parfusion bench cpu-corun --seconds 6.0 --profile smoke --loads 0.7")
+    assert doc["command"].startswith(
+        "parfusion bench cpu-corun --seconds 6.0 --profile smoke --loads 0.7"
+    )
     assert {"passed", "verdict", "baseline_p99_ratio"} <= set(doc["sanity_gate"])
     assert {t["target"] for t in doc["targets"]} >= {
         "p99 / online-alone",
