@@ -314,7 +314,9 @@ class ControlLoop:
         node = tel.node
         arena = tuple(node.arena_cpus) if node is not None else ()
         units = self.config.cpu_units or len(arena) or os.cpu_count() or 1
-        cpu_ids = arena[:units] if len(arena) >= units else tuple(range(units))
+        # More units than arena cores (allocator.cpu_units set by hand) oversubscribe the real
+        # cores: CPU sets must only ever name CPUs the node agent has.
+        cpu_ids = arena[:units] if arena else tuple(range(units))
         now = self._clock()
         stale = node is None or now - tel.node_at > self.config.stale_after_s
         disturbance = model.Disturbance()

@@ -79,6 +79,11 @@ def test_capacity_config_then_arena_then_cpu_count(store: IntentStore, peers: Pe
     fixed = make_loop(store, cpu_units=2)
     fixed.report(telemetry_pb2.NodeTelemetry(arena_cpus=[2, 3, 5]), None)
     assert (fixed.node_state().cpu_units, fixed.node_state().cpu_ids) == (2, (2, 3))
+    over = make_loop(store, cpu_units=6)  # more units than cores: oversubscribe, never invent CPUs
+    over.report(telemetry_pb2.NodeTelemetry(arena_cpus=[2, 3, 5]), None)
+    assert (over.node_state().cpu_units, over.node_state().cpu_ids) == (6, (2, 3, 5))
+    plan = over.tick().node_plan  # type: ignore[union-attr]
+    assert {c for a in plan.allocations for c in a.cpu_set} <= {2, 3, 5}
 
 
 def test_agent_down_marks_stale_keeps_planning_then_recovers(
