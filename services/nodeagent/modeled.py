@@ -142,10 +142,12 @@ class ModeledBackend:
         ids = [p.intent_id for p, _ in checked]
         if len(set(ids)) != len(ids):
             raise InvalidArgument("an intent appears twice", field="plan.allocations")
-        units = sum(a.units for _, a in checked)
+        # Units held are bounded by the arena; workers may be more (light work on shared
+        # cores, idle-time batch): the model charges those through its interference terms.
+        units = sum(a.units for a in plan.allocations)
         if units > len(self.arena):
             raise FailedPrecondition(
-                f"the plan asks for {units} worker units; the modeled arena has {len(self.arena)}"
+                f"the plan holds {units} units; the modeled arena has {len(self.arena)}"
             )
         with self._lock:
             self._sync()

@@ -156,8 +156,11 @@ def test_cpus_outside_the_arena_and_oversized_plans_are_refused(backend: Modeled
     bad.allocations[0].cpu_set.append(99)
     with pytest.raises(InvalidArgument, match="cpu_set"):
         backend.apply(bad)
-    with pytest.raises(FailedPrecondition, match="16"):
-        backend.apply(plan(online_workers=12))
+    with pytest.raises(FailedPrecondition, match="holds 20 units; the modeled arena has 16"):
+        backend.apply(plan(online_workers=12, units=20))
+    # workers beyond the units held share the cores (light work, idle-time batch): accepted
+    applied = backend.apply(plan(online_workers=12, units=4))
+    assert {a.intent_id: a.workers for a in applied}["on"] == 12
 
 
 def test_long_silence_catches_up_without_simulating_hours(
