@@ -171,12 +171,12 @@ class ModeledBackend:
 
     # -- telemetry -------------------------------------------------------------------------
 
-    def telemetry(self) -> telemetry_pb2.NodeTelemetry:
+    def telemetry(self, drain: bool = True) -> telemetry_pb2.NodeTelemetry:
         with self._lock:
             self._sync()
-            return self._telemetry()
+            return self._telemetry(drain)
 
-    def _telemetry(self) -> telemetry_pb2.NodeTelemetry:
+    def _telemetry(self, drain: bool = True) -> telemetry_pb2.NodeTelemetry:
         node = self.node
         cpu_p, _, _ = node.pressures()
         per_core = self._per_core_percent(cpu_p)
@@ -206,7 +206,7 @@ class ModeledBackend:
             tel.disturbance_remaining_s = active.remaining_s(node.now_s)
         for intent_id, run in node.runs.items():
             view = run.stats.view(with_percentiles=self._window_percentiles)
-            recent = run.stats.drain_recent()
+            recent = run.stats.drain_recent() if drain else run.stats.peek_recent()
             tel.latencies.append(
                 telemetry_pb2.LatencySummary(
                     intent_id=intent_id,
