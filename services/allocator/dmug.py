@@ -319,10 +319,15 @@ class UnitPlan:
 
 
 def tie_rank(table: IntentTable) -> np.ndarray:
-    """Deterministic rank per row (lower wins ties): higher priority weight, then earlier seq."""
+    """Deterministic rank per row (lower wins ties): higher priority weight, then earlier seq.
+    Computed once per table (the tick and its cross-layer step both ask), read-only."""
+    if table.rank is not None:
+        return table.rank
     order = np.lexsort((np.arange(table.n), table.seq, -table.weight))
     rank = np.empty(table.n, dtype=np.int64)
     rank[order] = np.arange(table.n)
+    rank.flags.writeable = False
+    table.rank = rank
     return rank
 
 

@@ -70,6 +70,7 @@ class IntentTable:
     prev_level: np.ndarray  # previous decision's degradation level (index), 0 if none
     prev_level_since: np.ndarray  # tick at which that level was taken
     previous: list[Decision] | None = None  # previous decision per row (_NO_PREVIOUS if none)
+    rank: np.ndarray | None = None  # tie rank (dmug.tie_rank), filled on first use
 
     @property
     def n(self) -> int:
