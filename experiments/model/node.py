@@ -15,6 +15,9 @@ time, and serves its queue. How contention works (configs/model.yaml documents e
   GPU disturbance inflates it (half as much for a high-priority stream). MPS shares are not
   modeled as slowing the GPU part (batch-1 inference kernels rarely fill an H200's SMs).
 * ``I_net = 1 / (1 - network_pressure)``.
+* A pool under SCHED_IDLE runs only on cycles nobody else wants: its workers count as
+  ``min(workers, cores - sum_j units_j busy_j)`` over the normal-priority pools on its cores,
+  and only other idle-class pools slow it further.
 
 Pure apart from its seeded random generators: the same seed, plan sequence and disturbances
 give the same requests and the same latencies.
@@ -197,10 +200,28 @@ class ModeledNode:
         cpu_load = 0.0
         gpu_load = 0.0
         mine = set(run.gpu_set)
+        idle_class = a.sched_policy == "idle"
+        units: float = a.units
+        if idle_class:
+            cores = len(a.cpu_set) if a.cpu_set else self.params.cpu_units
+            taken = sum(
+                o.assignment.units * o.busy
+                for o in runs
+                if o is not run
+                and o.assignment.units > 0
+                and o.assignment.sched_policy != "idle"
+                and (not a.cpu_set or not o.assignment.cpu_set
+                     or set(a.cpu_set) & set(o.assignment.cpu_set))
+            )  # fmt: skip
+            units = min(float(a.units), max(cores - taken, 0.0))
+            if units <= 1e-3:
+                return math.inf
         for other in runs:
             if other is run or other.assignment.units <= 0:
                 continue
             o = other.assignment
+            if idle_class and o.sched_policy != "idle":
+                continue  # already charged: the idle-class pool only gets what they leave
             if a.cpu_set and o.cpu_set and not set(a.cpu_set) & set(o.cpu_set):
                 leak = inter.leak_separate_cpus
             elif o.deprioritised and not a.deprioritised:
@@ -224,7 +245,7 @@ class ModeledNode:
             + mix.gpu_fraction * d_gpu * i_gpu
             + mix.network_fraction * i_net
         )
-        return p.base_service_ms / 1000.0 / p.speedup(a.units) * bracket
+        return p.base_service_ms / 1000.0 / p.speedup(units) * bracket
 
     # -- accounting ------------------------------------------------------------------------
 

@@ -96,6 +96,9 @@ class IntentStats:
         while self._window and self._window[0][0] < now_s - self.window_s:
             self._window.popleft()
 
+    def peek_recent(self) -> list[float]:
+        return list(self._recent)
+
     def drain_recent(self) -> list[float]:
         samples = list(self._recent)
         self._recent.clear()

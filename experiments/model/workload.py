@@ -34,8 +34,8 @@ class WorkloadProfile:
     def is_batch(self) -> bool:
         return self.arrivals == "backlog"
 
-    def speedup(self, units: int) -> float:
-        """Amdahl S(p) = 1 / ((1 - f) + f / p)."""
+    def speedup(self, units: float) -> float:
+        """Amdahl S(p) = 1 / ((1 - f) + f / p) (p may be fractional: idle-time workers)."""
         if units <= 0:
             return 0.0
         f = self.parallel_fraction

@@ -151,7 +151,7 @@ class CgroupPlan(_message.Message):
     def __init__(self, path: _Optional[str] = ..., cpu_weight: _Optional[int] = ..., cpu_max: _Optional[str] = ..., cpuset_cpus: _Optional[str] = ...) -> None: ...
 
 class Allocation(_message.Message):
-    __slots__ = ("intent_id", "intent_name", "workload_class", "workers", "cpu_set", "nice", "cgroup", "gpu_lane", "gpu_indexes", "gpu_share_percent", "stream_priority", "gpu_concurrency", "degradation", "predicted_p99_ms", "slack_ms", "deadline_risk", "nmu", "state", "reason", "preempted_units", "sched_policy", "base_service_ms", "parallel_fraction", "arrival_rate_per_s", "deadline_ms")
+    __slots__ = ("intent_id", "intent_name", "workload_class", "workers", "cpu_set", "nice", "cgroup", "gpu_lane", "gpu_indexes", "gpu_share_percent", "stream_priority", "gpu_concurrency", "degradation", "predicted_p99_ms", "slack_ms", "deadline_risk", "nmu", "state", "reason", "preempted_units", "sched_policy", "base_service_ms", "parallel_fraction", "arrival_rate_per_s", "deadline_ms", "units")
     INTENT_ID_FIELD_NUMBER: _ClassVar[int]
     INTENT_NAME_FIELD_NUMBER: _ClassVar[int]
     WORKLOAD_CLASS_FIELD_NUMBER: _ClassVar[int]
@@ -177,6 +177,7 @@ class Allocation(_message.Message):
     PARALLEL_FRACTION_FIELD_NUMBER: _ClassVar[int]
     ARRIVAL_RATE_PER_S_FIELD_NUMBER: _ClassVar[int]
     DEADLINE_MS_FIELD_NUMBER: _ClassVar[int]
+    UNITS_FIELD_NUMBER: _ClassVar[int]
     intent_id: str
     intent_name: str
     workload_class: WorkloadClass
@@ -202,7 +203,8 @@ class Allocation(_message.Message):
     parallel_fraction: float
     arrival_rate_per_s: float
     deadline_ms: float
-    def __init__(self, intent_id: _Optional[str] = ..., intent_name: _Optional[str] = ..., workload_class: _Optional[_Union[WorkloadClass, str]] = ..., workers: _Optional[int] = ..., cpu_set: _Optional[_Iterable[int]] = ..., nice: _Optional[int] = ..., cgroup: _Optional[_Union[CgroupPlan, _Mapping]] = ..., gpu_lane: _Optional[str] = ..., gpu_indexes: _Optional[_Iterable[int]] = ..., gpu_share_percent: _Optional[float] = ..., stream_priority: _Optional[int] = ..., gpu_concurrency: _Optional[int] = ..., degradation: _Optional[_Union[DegradationLevel, str]] = ..., predicted_p99_ms: _Optional[float] = ..., slack_ms: _Optional[float] = ..., deadline_risk: _Optional[float] = ..., nmu: _Optional[float] = ..., state: _Optional[_Union[AllocationState, str]] = ..., reason: _Optional[str] = ..., preempted_units: _Optional[int] = ..., sched_policy: _Optional[str] = ..., base_service_ms: _Optional[float] = ..., parallel_fraction: _Optional[float] = ..., arrival_rate_per_s: _Optional[float] = ..., deadline_ms: _Optional[float] = ...) -> None: ...
+    units: int
+    def __init__(self, intent_id: _Optional[str] = ..., intent_name: _Optional[str] = ..., workload_class: _Optional[_Union[WorkloadClass, str]] = ..., workers: _Optional[int] = ..., cpu_set: _Optional[_Iterable[int]] = ..., nice: _Optional[int] = ..., cgroup: _Optional[_Union[CgroupPlan, _Mapping]] = ..., gpu_lane: _Optional[str] = ..., gpu_indexes: _Optional[_Iterable[int]] = ..., gpu_share_percent: _Optional[float] = ..., stream_priority: _Optional[int] = ..., gpu_concurrency: _Optional[int] = ..., degradation: _Optional[_Union[DegradationLevel, str]] = ..., predicted_p99_ms: _Optional[float] = ..., slack_ms: _Optional[float] = ..., deadline_risk: _Optional[float] = ..., nmu: _Optional[float] = ..., state: _Optional[_Union[AllocationState, str]] = ..., reason: _Optional[str] = ..., preempted_units: _Optional[int] = ..., sched_policy: _Optional[str] = ..., base_service_ms: _Optional[float] = ..., parallel_fraction: _Optional[float] = ..., arrival_rate_per_s: _Optional[float] = ..., deadline_ms: _Optional[float] = ..., units: _Optional[int] = ...) -> None: ...
 
 class NodePlan(_message.Message):
     __slots__ = ("node", "generation", "policy", "created_at", "cpu_units", "allocations", "contention", "node_stale", "decision_ms")

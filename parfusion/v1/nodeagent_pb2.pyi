@@ -41,8 +41,10 @@ class ApplyNodePlanResponse(_message.Message):
     def __init__(self, generation: _Optional[int] = ..., applied: _Optional[_Iterable[_Union[AppliedAllocation, _Mapping]]] = ..., cgroup_plan_path: _Optional[str] = ...) -> None: ...
 
 class GetNodeTelemetryRequest(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("drain_samples",)
+    DRAIN_SAMPLES_FIELD_NUMBER: _ClassVar[int]
+    drain_samples: bool
+    def __init__(self, drain_samples: _Optional[bool] = ...) -> None: ...
 
 class GetNodeTelemetryResponse(_message.Message):
     __slots__ = ("telemetry",)

@@ -7,6 +7,11 @@ the reference policies (``assess``) and by placement scoring. docs/algorithm.md 
 
 Phases of one tick (``plan_units``):
 0. incumbents keep a floor (elastic: their minimum; non-elastic: their previous units);
+   light deadline work (offered load <= config.light_load_cores, deadline met at its minimum)
+   holds no units: its workers share the cores, and the node reserves its summed load, rounded;
+   preemptible elastic batch holds no units either where the OS knobs can run it in idle time
+   (DmugOptions.idle_batch and a node with CPU ids): the cross-layer step gives it SCHED_IDLE
+   workers on the cycles deadline work leaves, so every unit can go to deadline work;
 1. deadline phase: least-slack-first, the fewest units whose predicted p99 meets the deadline;
    URGENT preempts preemptible intents; ONLINE walks its degradation ladder when even its maximum
    misses; what still misses is at risk;
@@ -68,6 +73,8 @@ STATE_NAMES = ("ADMITTED", "THROTTLED", "DEGRADED", "PREEMPTED")
 # UnitPlan.outcome codes: why the intent has its units (drives the human-readable reason)
 MET, MET_DEGRADED, UNREACHABLE, SHORT, BATCH_ADMITTED, NOT_ADMITTED, WAS_PREEMPTED, FIXED = range(8)
 HELD_DEGRADED = 8  # NORMAL (or a lighter level) would meet, but the degraded level is held
+SHARED = 9  # light deadline work: its workers run on shared cores, charged by offered load
+IDLE_TIME = 10  # preemptible elastic batch: no units, idle-time workers under SCHED_IDLE
 LEVEL_MARGIN = 0.1  # a lighter level must meet (1 - margin) x deadline before it is taken back
 
 
@@ -86,6 +93,7 @@ class DmugOptions:
     marginal_phase: bool = True  # False (edf-only): leftovers in deadline order, no NMU ranking
     order: str = "least-slack"  # or "edf"
     hysteresis: bool = True
+    idle_batch: bool = True  # preemptible elastic batch runs in idle time, holding no units
 
 
 def units_to_meet(
@@ -316,6 +324,8 @@ class UnitPlan:
     risk: np.ndarray = field(default_factory=lambda: np.zeros(0))
     nmu: np.ndarray = field(default_factory=lambda: np.zeros(0))
     preemptions: int = 0
+    shared: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))  # light work
+    shared_reserve: int = 0  # units set aside for the light work's summed offered load
 
 
 def tie_rank(table: IntentTable) -> np.ndarray:
@@ -331,13 +341,18 @@ def tie_rank(table: IntentTable) -> np.ndarray:
     return rank
 
 
-def floors(table: IntentTable, options: DmugOptions, capacity: int) -> np.ndarray:
+def floors(
+    table: IntentTable, options: DmugOptions, capacity: int, skip: np.ndarray | None = None
+) -> np.ndarray:
     """Phase 0: what incumbents keep before anything is handed out.
 
     Elastic incumbents keep their minimum, non-elastic ones their previous units; if the node
-    shrank below the sum, the lowest-ranked floors go (preemptible first).
+    shrank below the sum, the lowest-ranked floors go (preemptible first). Rows in skip (light
+    work) keep no floor.
     """
     incumbent = table.prev_units > 0
+    if skip is not None:
+        incumbent &= ~skip
     fixed = ~table.elastic | (not options.elastic)
     held = np.clip(table.prev_units, table.min_units, np.maximum(table.cap, table.min_units))
     floor = np.where(fixed, held, table.min_units)
@@ -350,6 +365,34 @@ def floors(table: IntentTable, options: DmugOptions, capacity: int) -> np.ndarra
     return floor
 
 
+def offered_load(table: IntentTable) -> np.ndarray:
+    """Cores' worth of work each intent brings: arrival rate x mean service at one unit."""
+    return table.arrival * table.mean1 * table.inflation / 1000.0
+
+
+def light_work(table: IntentTable, config: DmugConfig) -> np.ndarray:
+    """Deadline work too light to hold whole units: an offered load of at most
+    config.light_load_cores (a rare urgent event, a heartbeat) and its deadline met at its
+    minimum. A unit each would idle nearly all the time and starve the work that needs it."""
+    candidate = (
+        table.has_deadline & (table.arrival > 0) & (offered_load(table) <= config.light_load_cores)
+    )
+    if not candidate.any():
+        return candidate
+    idx = np.flatnonzero(candidate)
+    meets = table.latency(idx, table.min_units[idx], 0) <= table.deadline[idx]
+    candidate[idx[~meets]] = False
+    return candidate
+
+
+def idle_time_batch(table: IntentTable, options: DmugOptions, node) -> np.ndarray:
+    """Batch that runs in idle time instead of holding units: preemptible, elastic, and a node
+    whose CPUs the cross-layer step can name (SCHED_IDLE workers need a place to run)."""
+    if not (options.idle_batch and options.elastic and node.cpu_ids):
+        return np.zeros(table.n, dtype=bool)
+    return ~table.has_deadline & table.preemptible & table.elastic
+
+
 def plan_units(
     state: PlanInput, options: DmugOptions | None = None, memo: TickMemo | None = None
 ) -> tuple[IntentTable, UnitPlan]:
@@ -359,8 +402,13 @@ def plan_units(
     table = build_table(state, options.use_predictor, memo)
     n = table.n
     capacity = max(int(state.node.cpu_units), 0)
-    units = floors(table, options, capacity)
-    free = capacity - int(units.sum())
+    light = light_work(table, state.config)
+    reserve = 0
+    if light.any():
+        reserve = min(int(np.floor(offered_load(table)[light].sum() + 0.5)), capacity)
+    idle_rows = idle_time_batch(table, options, state.node)
+    units = floors(table, options, capacity - reserve, light | idle_rows)
+    free = capacity - reserve - int(units.sum())
     level = np.zeros(n, dtype=np.int64)
     outcome = np.full(n, BATCH_ADMITTED, dtype=np.int64)
     need = np.zeros(n, dtype=np.int64)
@@ -372,7 +420,7 @@ def plan_units(
     table.cap = cap  # the phases below see fixed intents as capped at what they hold
 
     # Phase 1: deadline phase
-    dl = np.flatnonzero(table.has_deadline & ~fixed)
+    dl = np.flatnonzero(table.has_deadline & ~fixed & ~light)
     if dl.size:
         p_need, meets = units_to_meet(table, dl, 0)
         lvl = np.zeros(dl.size, dtype=np.int64)
@@ -413,7 +461,7 @@ def plan_units(
 
     # Phase 2: admission of everything else at its minimum
     rank = tie_rank(table)
-    rest = np.flatnonzero(~table.has_deadline & (units == 0) & (preempted == 0))
+    rest = np.flatnonzero(~table.has_deadline & (units == 0) & (preempted == 0) & ~idle_rows)
     if rest.size:
         rest = rest[np.argsort(rank[rest], kind="stable")]
         ask = table.min_units[rest]
@@ -430,6 +478,7 @@ def plan_units(
                     outcome[i] = NOT_ADMITTED
                     free_at_ask[i] = free
     outcome[fixed] = FIXED
+    outcome[idle_rows] = IDLE_TIME
 
     # Phase 2b: deadline work still at risk (unreachable, or short when it asked) takes free
     # units up to its cap, in deadline order, before batch competes for them by NMU
@@ -463,6 +512,10 @@ def plan_units(
         else:
             free = _leftovers_in_order(table, order, rank, running, units, cap, free)
 
+    if light.any():  # the light work's workers, on shared cores (no units held)
+        units[light] = table.min_units[light]
+        need[light] = table.min_units[light]
+        outcome[light] = SHARED
     return table, assess(
         table,
         units,
@@ -474,6 +527,8 @@ def plan_units(
         preempted_by=preempted_by,
         order=order,
         free_at_ask=free_at_ask,
+        shared=light,
+        shared_reserve=reserve,
     )
 
 
@@ -528,6 +583,8 @@ def assess(
     preempted_by: np.ndarray | None = None,
     order: np.ndarray | None = None,
     free_at_ask: np.ndarray | None = None,
+    shared: np.ndarray | None = None,
+    shared_reserve: int = 0,
 ) -> UnitPlan:
     """Predicted p99, slack, risk, next-unit NMU and state for a given allocation.
 
@@ -568,6 +625,8 @@ def assess(
         risk=risk,
         nmu=nxt,
         preemptions=int((preempted > 0).sum()),
+        shared=np.zeros(n, dtype=bool) if shared is None else shared,
+        shared_reserve=shared_reserve,
     )
 
 

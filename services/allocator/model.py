@@ -98,6 +98,9 @@ class DmugConfig:
     hysteresis_min_gain: float = 0.02  # relative NMU gain needed to move a unit
     hysteresis_dwell_ticks: int = 4  # ticks a decision holds before it may shrink
     risk_threshold: float = 0.5
+    # deadline work whose offered load (arrival rate x mean service at one unit) is at most this
+    # many cores runs its workers on shared cores instead of holding whole units (light work)
+    light_load_cores: float = 0.1
     contention_gain: float = 1.0  # how much pressure inflates predicted latency
     degradation_speedup: Mapping[str, float] = field(
         default_factory=lambda: {"NORMAL": 1.0, "FP16": 0.6, "INT8": 0.4}
@@ -130,6 +133,13 @@ class Decision:
     gpu_concurrency: int = 0
     since_tick: int = 0  # tick at which units last changed (hysteresis dwell)
     level_since_tick: int = 0  # tick at which the degradation level last changed
+    # processes the pool runs; -1: one per unit. Light deadline work runs workers without
+    # holding units; preemptible batch adds idle-time workers (SCHED_IDLE) on shared cores
+    workers: int = -1
+
+    @property
+    def pool_size(self) -> int:
+        return self.units if self.workers < 0 else self.workers
 
 
 @dataclass(frozen=True, slots=True)

@@ -105,7 +105,7 @@ class NodeAgentClient(_Peer):
     def start_pull(self, timeout_s: float) -> Any:
         stub = nodeagent_pb2_grpc.NodeAgentServiceStub(self.channel())
         return stub.GetNodeTelemetry.future(
-            nodeagent_pb2.GetNodeTelemetryRequest(), timeout=timeout_s
+            nodeagent_pb2.GetNodeTelemetryRequest(drain_samples=True), timeout=timeout_s
         )
 
     def finish_pull(self, future: Any) -> telemetry_pb2.NodeTelemetry | None:

@@ -44,7 +44,8 @@ def allocation(
 ) -> intent_pb2.Allocation:
     alloc = intent_pb2.Allocation(
         intent_id=decision.intent_id,
-        workers=max(0, decision.units),
+        workers=max(0, decision.pool_size),
+        units=max(0, decision.units),
         cpu_set=list(decision.cpu_set),
         nice=decision.nice,
         cgroup=intent_pb2.CgroupPlan(

@@ -215,6 +215,7 @@ def loop_config(settings: ServiceSettings) -> LoopConfig:
         dmug=model.DmugConfig(
             hysteresis_min_gain=settings.get_float("hysteresis_min_gain", 0.02),
             hysteresis_dwell_ticks=settings.get_int("hysteresis_dwell_ticks", 4),
+            light_load_cores=settings.get_float("light_load_cores", 0.1),
         ),
         configured_lanes=configured_lanes(settings),
         api_token=settings.api_token,

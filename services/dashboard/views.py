@@ -60,6 +60,8 @@ def allocation_rows(allocations: Iterable[Any], intents: dict[str, Any]) -> list
                 if a.workload_class
                 else "",
                 "workers": a.workers,
+                "units": a.units,
+                "sched": a.sched_policy or "other",
                 "cpus": cpu_ranges(a.cpu_set),
                 "nice": a.nice,
                 "gpu_lane": a.gpu_lane,

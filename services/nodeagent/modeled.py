@@ -142,10 +142,12 @@ class ModeledBackend:
         ids = [p.intent_id for p, _ in checked]
         if len(set(ids)) != len(ids):
             raise InvalidArgument("an intent appears twice", field="plan.allocations")
-        units = sum(a.units for _, a in checked)
+        # Units held are bounded by the arena; workers may be more (light work on shared
+        # cores, idle-time batch): the model charges those through its interference terms.
+        units = sum(a.units for a in plan.allocations)
         if units > len(self.arena):
             raise FailedPrecondition(
-                f"the plan asks for {units} worker units; the modeled arena has {len(self.arena)}"
+                f"the plan holds {units} units; the modeled arena has {len(self.arena)}"
             )
         with self._lock:
             self._sync()
@@ -169,12 +171,12 @@ class ModeledBackend:
 
     # -- telemetry -------------------------------------------------------------------------
 
-    def telemetry(self) -> telemetry_pb2.NodeTelemetry:
+    def telemetry(self, drain: bool = True) -> telemetry_pb2.NodeTelemetry:
         with self._lock:
             self._sync()
-            return self._telemetry()
+            return self._telemetry(drain)
 
-    def _telemetry(self) -> telemetry_pb2.NodeTelemetry:
+    def _telemetry(self, drain: bool = True) -> telemetry_pb2.NodeTelemetry:
         node = self.node
         cpu_p, _, _ = node.pressures()
         per_core = self._per_core_percent(cpu_p)
@@ -204,7 +206,7 @@ class ModeledBackend:
             tel.disturbance_remaining_s = active.remaining_s(node.now_s)
         for intent_id, run in node.runs.items():
             view = run.stats.view(with_percentiles=self._window_percentiles)
-            recent = run.stats.drain_recent()
+            recent = run.stats.drain_recent() if drain else run.stats.peek_recent()
             tel.latencies.append(
                 telemetry_pb2.LatencySummary(
                     intent_id=intent_id,

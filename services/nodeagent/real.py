@@ -438,7 +438,7 @@ class RealBackend:
             return {i: r.pool.size for i, r in self._intents.items()}
 
     # -- telemetry ----------------------------------------------------------------------------
-    def telemetry(self) -> telemetry_pb2.NodeTelemetry:
+    def telemetry(self, drain: bool = True) -> telemetry_pb2.NodeTelemetry:
         sample = self._sampler.sample()
         tel = telemetry_pb2.NodeTelemetry(
             node=self.options.node_name,
@@ -461,7 +461,7 @@ class RealBackend:
                 tel.active_disturbance.CopyFrom(self._disturbance)
                 tel.disturbance_remaining_s = self._disturbance_until - now
         for r in runtimes:
-            tel.latencies.append(r.book.summary(drain=True))
+            tel.latencies.append(r.book.summary(drain=drain))
             knobs = r.pool.knobs
             tel.pools.append(
                 telemetry_pb2.PoolStatus(

@@ -49,7 +49,7 @@ class NodeAgentServicer(nodeagent_pb2_grpc.NodeAgentServiceServicer):
         )
 
     def GetNodeTelemetry(self, request: Any, context: Any) -> Any:  # noqa: N802
-        telemetry = self.backend.telemetry()
+        telemetry = self.backend.telemetry(drain=request.drain_samples)
         for kind in ("online", "batch"):
             metrics.POOL_WORKERS.labels(kind).set(
                 sum(p.workers for p in telemetry.pools if p.kind == kind)

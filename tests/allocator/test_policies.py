@@ -110,12 +110,18 @@ def test_policy_contract(policy, fixture):
     for d in result.decisions:
         if d.gpu_lane:
             assert d.gpu_indexes == lanes[d.gpu_lane].gpu_indexes
-    # exclusive cores of deadline work are disjoint from each other and from batch cores
+    # exclusive cores of deadline work are disjoint from each other and from batch cores (but
+    # for batch under SCHED_IDLE, which only takes the cycles nobody else wants)
     by_id = result.by_id()
     specs = {s.id: s for s in state.intents}
     dl_sets = [set(d.cpu_set) for d in result.decisions if specs[d.intent_id].has_deadline]
     batch_cores = set().union(*[set(by_id[s.id].cpu_set) for s in state.intents
-                                if not s.has_deadline] or [set()])  # fmt: skip
+                                if not s.has_deadline and by_id[s.id].sched_policy != "idle"]
+                              or [set()])  # fmt: skip
+    for d in result.decisions:
+        assert d.pool_size >= d.units
+        if d.pool_size > d.units and not specs[d.intent_id].has_deadline:
+            assert d.sched_policy == "idle" and d.nice == 19 and specs[d.intent_id].preemptible
     for i, a in enumerate(dl_sets):
         for b in dl_sets[i + 1 :]:
             assert not a & b or a == b  # identical = both on the shared set

@@ -119,10 +119,14 @@ def test_an_allocator_that_stops_mid_task_leaves_no_intent_behind_once_it_is_bac
             second.stop(grace=0.2)
 
 
-def workers_by_name(allocator: Any) -> dict[str, int]:
+def allocations_by_name(allocator: Any) -> dict[str, Any]:
     allocator.handle.loop.tick()  # one node-loop tick, driven here so the test sees each plan
     current = allocator.handle.loop.current()
-    return {a.intent_name: a.workers for a in current.node_plan.allocations}
+    return {a.intent_name: a for a in current.node_plan.allocations}
+
+
+def workers_by_name(allocator: Any) -> dict[str, int]:
+    return {name: a.workers for name, a in allocations_by_name(allocator).items()}
 
 
 def test_the_urgent_intent_takes_units_from_preemptible_batch_work_until_it_is_deleted(
@@ -147,8 +151,11 @@ def test_the_urgent_intent_takes_units_from_preemptible_batch_work_until_it_is_d
         client.post("/api/mission", json={"steps": 10, "safe_point_interval": 5})
         client.post("/api/urgent", json={"name": "fall-detected", "deadline_ms": 3_000, "work": 2})
         client.post("/api/tick", json={"ticks": 3})  # the urgent task has the robot
-        during = workers_by_name(allocator)
-        assert during["fall-detected"] >= 1
-        assert during["batch-training"] <= 4 - during["fall-detected"]
+        during = allocations_by_name(allocator)
+        urgent, batch = during["fall-detected"], during["batch-training"]
+        assert urgent.units >= 1 and urgent.workers == urgent.units
+        assert batch.units <= 4 - urgent.units  # the urgent work took its units
+        # what batch runs beyond its units is idle-time work only: SCHED_IDLE, nice 19
+        assert batch.workers > batch.units and batch.sched_policy == "idle" and batch.nice == 19
         client.post("/api/tick", json={"ticks": 2})  # done: intent deleted
         assert workers_by_name(allocator) == {"batch-training": 4}

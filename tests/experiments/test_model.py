@@ -200,3 +200,26 @@ def test_params_reject_bad_values(params):
     with pytest.raises(ConfigError, match="degradation.gpu"):
         parse_model_params(doc)
     assert replace(params, cpu_units=4).cpu_units == 4
+
+
+def test_an_idle_class_pool_gets_only_the_cores_others_leave(params):
+    """SCHED_IDLE batch on cores a busy online pool uses runs slower than on idle cores, and
+    does not slow the online pool more than batch at nice 19 would."""
+
+    def run(on: Assignment, b: Assignment) -> tuple[float, float]:
+        node = ModeledNode(params, seed=0)
+        node.set_profiles([online(params), batch(params)])
+        node.apply({"on": on, "b": b}, True)
+        node.advance(0.5)
+        return node.runs["on"].mean_service_ms, node.runs["b"].mean_service_ms
+
+    cores = tuple(range(4))
+    alone_batch = run(Assignment(units=0), Assignment(units=4, cpu_set=cores, sched_policy="idle"))
+    shared = run(
+        Assignment(units=4, cpu_set=cores),
+        Assignment(units=4, cpu_set=cores, sched_policy="idle", nice=19),
+    )
+    niced = run(Assignment(units=4, cpu_set=cores), Assignment(units=4, cpu_set=cores, nice=19))
+    assert shared[1] > alone_batch[1]  # fewer cores left for batch
+    assert shared[1] > niced[1]  # idle time only: slower than a pool that competes at nice 19
+    assert shared[0] <= niced[0]

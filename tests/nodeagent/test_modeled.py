@@ -101,6 +101,12 @@ def test_telemetry_reports_what_the_model_served(backend: ModeledBackend, clock:
     assert pools["b"].sched_policy == "idle" and pools["b"].nice == 19
     again = backend.telemetry()  # samples are drained: each reported once
     assert not {s.intent_id: s for s in again.latencies}["on"].recent_service_ms
+    clock.now += 1.0
+    peek = {s.intent_id: s for s in backend.telemetry(drain=False).latencies}["on"]
+    assert peek.recent_service_ms and peek.window_count > 0  # a reader that does not consume
+    drained = {s.intent_id: s for s in backend.telemetry().latencies}["on"]
+    assert list(drained.recent_service_ms) == list(peek.recent_service_ms)
+    assert drained.window_count == peek.window_count
 
 
 def test_an_intent_missing_from_the_plan_stops(backend: ModeledBackend, clock: Clock) -> None:
@@ -156,8 +162,11 @@ def test_cpus_outside_the_arena_and_oversized_plans_are_refused(backend: Modeled
     bad.allocations[0].cpu_set.append(99)
     with pytest.raises(InvalidArgument, match="cpu_set"):
         backend.apply(bad)
-    with pytest.raises(FailedPrecondition, match="16"):
-        backend.apply(plan(online_workers=12))
+    with pytest.raises(FailedPrecondition, match="holds 20 units; the modeled arena has 16"):
+        backend.apply(plan(online_workers=12, units=20))
+    # workers beyond the units held share the cores (light work, idle-time batch): accepted
+    applied = backend.apply(plan(online_workers=12, units=4))
+    assert {a.intent_id: a.workers for a in applied}["on"] == 12
 
 
 def test_long_silence_catches_up_without_simulating_hours(
@@ -228,6 +237,14 @@ def test_allocator_plans_on_the_modeled_node_over_grpc(home: Path) -> None:
             assert not plan.node_stale
             stats = loop.service_stats()["detect"]
             assert stats.count > 50 and stats.observed_units == planned["detect"]
+            # a dashboard's read (no drain) leaves the samples for the allocator's next pull
+            time.sleep(0.3)
+            seen = node.GetNodeTelemetry(nodeagent_pb2.GetNodeTelemetryRequest(), timeout=5)
+            peeked = {s.intent_id: s for s in seen.telemetry.latencies}["detect"]
+            assert len(peeked.recent_service_ms) > 0
+            loop.tick()
+            after = loop.service_stats()["detect"].count
+            assert after >= stats.count + len(peeked.recent_service_ms)
             reply = node.InjectDisturbance(
                 nodeagent_pb2.InjectDisturbanceRequest(
                     disturbance=telemetry_pb2.Disturbance(

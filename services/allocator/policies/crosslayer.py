@@ -2,7 +2,10 @@
 
 Every policy ends here. With cross-layer control on, deadline work gets its own CPU cores first,
 nice 0 and a high cgroup weight, batch the shared rest, nice 10..19 and SCHED_BATCH (SCHED_IDLE
-while deadline work is at risk); GPU shares are handed out per lane in share units, deadline work
+while deadline work is at risk); light deadline work runs on the shared cores at nice 0; and
+preemptible batch fills the shared cores with idle-time workers under SCHED_IDLE, which the
+kernel runs only on cycles no other work wants, so batch keeps the node busy without holding
+units that deadline work needs; GPU shares are handed out per lane in share units, deadline work
 first, then batch by the same water-filling greedy as the units. With it off (no-crosslayer,
 reference policies) only the pool sizes change and every OS/GPU knob keeps its default.
 """
@@ -19,12 +22,15 @@ from typing import Any
 import numpy as np
 
 from services.allocator.dmug import (
+    ADMITTED,
     BATCH_ADMITTED,
     FIXED,
     HELD_DEGRADED,
+    IDLE_TIME,
     MET,
     MET_DEGRADED,
     NOT_ADMITTED,
+    SHARED,
     SHORT,
     STATE_NAMES,
     UNREACHABLE,
@@ -32,6 +38,7 @@ from services.allocator.dmug import (
     IntentTable,
     UnitPlan,
     cpu_pressure,
+    offered_load,
 )
 from services.allocator.memo import Column, LastDecisions, TickMemo, changed_rows
 from services.allocator.model import (
@@ -41,6 +48,7 @@ from services.allocator.model import (
     PlanInput,
     PlanResult,
 )
+from services.allocator.plans import format_cpuset
 from services.allocator.waterfill import select_increments
 
 _HINT = attrgetter("gpu_stream_priority_hint")
@@ -59,13 +67,13 @@ class Knobs:
 
 
 def cpu_sets(table: IntentTable, plan: UnitPlan, cpu_ids: tuple[int, ...], capacity: int):
-    """CPU sets per intent and whether each one shares its cores with other work.
+    """CPU sets per intent and whether each one has its cores to itself (but for idle time).
 
     Deadline work gets exclusive cores sized by its share of the units, least slack first (then
     deadline work the deadline phase did not order, e.g. non-elastic intents holding their
     units), keeping one core for batch when batch runs; one that does not fit takes the
-    smallest possible block (one core) if that is left. Batch, and deadline work for which no
-    core was left, share the rest (all the arena when nothing is left).
+    smallest possible block (one core) if that is left. Batch, light deadline work and deadline
+    work for which no core was left share the rest (all the arena when nothing is left).
     """
     n = table.n
     sets: list[tuple[int, ...]] = [()] * n
@@ -74,7 +82,8 @@ def cpu_sets(table: IntentTable, plan: UnitPlan, cpu_ids: tuple[int, ...], capac
         return sets, exclusive
     c = len(cpu_ids)
     running = plan.units > 0
-    deadline_running = table.has_deadline & running
+    shared_work = plan.shared if plan.shared.size == n else np.zeros(n, dtype=bool)
+    deadline_running = table.has_deadline & running & ~shared_work
     batch_running = bool((running & ~table.has_deadline).any())
     reserve = 1 if batch_running else 0
     order = plan.order[deadline_running[plan.order]]
@@ -98,7 +107,35 @@ def cpu_sets(table: IntentTable, plan: UnitPlan, cpu_ids: tuple[int, ...], capac
     return sets, exclusive
 
 
-def gpu_shares(table: IntentTable, plan: UnitPlan, lanes: tuple[LaneCapacity, ...], rank):
+def idle_workers(
+    table: IntentTable, plan: UnitPlan, cpu_ids: tuple[int, ...], rank: np.ndarray
+) -> np.ndarray:
+    """Idle-time workers per intent: the arena's worker slots (one per core) that batch units
+    do not already fill go to preemptible elastic batch intents, best rank first, each up to
+    its cap. Their pools run under SCHED_IDLE on the whole arena, so they take only the cycles
+    no other work wants, on deadline work's own cores too, and give them back at once.
+    """
+    n = table.n
+    extra = np.zeros(n, dtype=np.int64)
+    if not cpu_ids:
+        return extra
+    batch = ~table.has_deadline
+    slots = len(cpu_ids) - int(plan.units[batch].sum())
+    eligible = np.flatnonzero(batch & table.preemptible & table.elastic & (plan.units < table.cap))
+    if slots <= 0 or eligible.size == 0:
+        return extra
+    for i in eligible[np.argsort(rank[eligible], kind="stable")].tolist():
+        give = min(int(table.cap[i] - plan.units[i]), slots)
+        extra[i] = give
+        slots -= give
+        if slots <= 0:
+            break
+    return extra
+
+
+def gpu_shares(
+    table: IntentTable, plan: UnitPlan, lanes: tuple[LaneCapacity, ...], rank, running=None
+):
     """Lane and share units per intent: deadline work takes its requested share first (least
     slack first; an equal split of the lane when it asked none), then batch shares the rest by
     weighted log utility (gain w/(k+1) per unit), water-filled like the units, each capped at its
@@ -111,8 +148,10 @@ def gpu_shares(table: IntentTable, plan: UnitPlan, lanes: tuple[LaneCapacity, ..
     if not table.uses_gpu.any():
         return lane_of, share, note
     left = {name: float(lane.share_units) for name, lane in available.items()}
-    users = np.flatnonzero(table.uses_gpu & (plan.units > 0))
-    in_order = plan.order[table.uses_gpu[plan.order] & (plan.units[plan.order] > 0)].tolist()
+    if running is None:
+        running = plan.units > 0
+    users = np.flatnonzero(table.uses_gpu & running)
+    in_order = plan.order[table.uses_gpu[plan.order] & running[plan.order]].tolist()
     rest = [i for i in users[np.argsort(rank[users], kind="stable")].tolist()]
     seen = set(in_order)
     ordered = in_order + [i for i in rest if i not in seen]
@@ -172,12 +211,17 @@ _TEMPLATES = {
     SHORT: "at risk: needs %d units for %g ms, %d free; running %d",
     NOT_ADMITTED: "not admitted: needs %d units, %d free",
     FIXED: "%s: holds %d units from its first allocation",
+    IDLE_TIME: "%s: idle-time batch, holds no units",
+    SHARED: "light: offered load %.3g cores <= %g; runs %d on shared cores, holds no units "
+    "(pred p99 %.1f ms for %g ms)",
     -1: "%s: %d units (pred p99 %.1f ms for %g ms)",
     BATCH_ADMITTED: "%s: %d units (next-unit nmu %.3g)",
 }  # fmt: skip
 
 
-def reasons(table: IntentTable, plan: UnitPlan, policy: str) -> list[str]:
+def reasons(
+    table: IntentTable, plan: UnitPlan, policy: str, light_load_cores: float = 0.0
+) -> list[str]:
     """One human-readable reason per intent, from the outcome code and the numbers behind it.
 
     Built one outcome group at a time, each group's strings by one %-template mapped over its
@@ -190,12 +234,14 @@ def reasons(table: IntentTable, plan: UnitPlan, policy: str) -> list[str]:
     lost = plan.preempted_units
     outcome = np.where(lost > 0, WAS_PREEMPTED, plan.outcome)
     outcome = np.where((outcome == BATCH_ADMITTED) & (units == 0), NOT_ADMITTED, outcome)
+    outcome = np.where((outcome == IDLE_TIME) & (units > 0), BATCH_ADMITTED, outcome)
     outcome = np.where((outcome == BATCH_ADMITTED) & table.has_deadline, -1, outcome)
     outcome = np.where((outcome == MET) & (units > need), -2, outcome)
     present = np.unique(outcome).tolist()
     names = np.array(DEGRADATION_ORDER, dtype=object)
     p99, d, cap = plan.predicted_p99_ms, table.deadline, table.cap
     policy_col = np.full(n, policy, dtype=object)
+    light_col = np.full(n, light_load_cores)
     columns = {
         MET: (need, d, p99),
         -2: (need, d, p99, units - need),
@@ -205,6 +251,8 @@ def reasons(table: IntentTable, plan: UnitPlan, policy: str) -> list[str]:
         SHORT: (need, d, plan.free_at_ask, units),
         NOT_ADMITTED: (table.min_units, plan.free_at_ask),
         FIXED: (policy_col, units),
+        IDLE_TIME: (policy_col,),
+        SHARED: (offered_load(table), light_col, units, p99, d),
         -1: (policy_col, units, p99, d),
         BATCH_ADMITTED: (policy_col, units, plan.nmu),
     }
@@ -332,13 +380,15 @@ def decide(
     at_risk = bool((deadline & running & helpable & (plan.risk > risk_threshold)).any()) or bool(
         (plan.outcome == SHORT).any()
     )
-    why = reasons(table, plan, policy)
+    why = reasons(table, plan, policy, state.config.light_load_cores)
+    shared_work = plan.shared if plan.shared.size == n else np.zeros(n, dtype=bool)
+    extra = np.zeros(n, dtype=np.int64)
 
     nice_l: Column
     weight_l: Column
     if knobs.cross_layer:
         sets, exclusive = cpu_sets(table, plan, tuple(node.cpu_ids), capacity)
-        squeezed = np.flatnonzero(deadline & running & ~exclusive)
+        squeezed = np.flatnonzero(deadline & running & ~exclusive & ~shared_work)
         for i in squeezed.tolist():
             why[i] += f"; shares {len(sets[i])} cpus with other work (no dedicated core left)"
         batch_nice = np.rint(19 - 9 * np.clip(table.weight * 1001 - 1, 0, 1000) / 1000).astype(int)
@@ -354,8 +404,21 @@ def decide(
         quota = np.maximum(np.rint(units * c / max(capacity, 1) * CPU_PERIOD_US), MIN_CPU_QUOTA_US)
         distinct, which = np.unique(quota.astype(np.int64), return_inverse=True)
         texts = np.array([f"{q} {CPU_PERIOD_US}" for q in distinct.tolist()] + ["max"], object)
-        cpu_max = texts[np.where(deadline & running, distinct.size, which.reshape(n))].tolist()
+        arena = tuple(node.cpu_ids)
+        extra = idle_workers(table, plan, arena, rank)
+        scavenging = extra > 0
+        nice = np.where(scavenging, 19, nice)
+        sched = np.where(scavenging, "idle", sched)
+        weight = np.where(scavenging, 1, weight)
+        plain = which.reshape(n)
+        cpu_max = texts[np.where((deadline & running) | scavenging, distinct.size, plain)].tolist()
         nice_l, sched_l, weight_l = nice, sched.tolist(), weight
+        for i in np.flatnonzero(scavenging).tolist():
+            sets[i] = arena
+            why[i] += (
+                f"; +{int(extra[i])} idle-time workers on cpus {format_cpuset(arena)} "
+                "(SCHED_IDLE, nice 19: only cycles other work leaves)"
+            )
     else:
         sets = [()] * n
         nice_l, sched_l, weight_l, cpu_max = [0] * n, ["other"] * n, [100] * n, ["max"] * n
@@ -364,7 +427,7 @@ def decide(
     prio_l: Column
     conc: Column
     if gpu_on and table.uses_gpu.any():
-        lane_of, share, note = gpu_shares(table, plan, tuple(node.lanes), rank)
+        lane_of, share, note = gpu_shares(table, plan, tuple(node.lanes), rank, units + extra > 0)
         indexes = {lane.name: tuple(lane.gpu_indexes) for lane in node.lanes}
         gidx = [indexes.get(name, ()) if name else () for name in lane_of]
         prio = np.where(deadline, 1, -1 if at_risk else 0)
@@ -372,7 +435,7 @@ def decide(
         prio = np.clip(np.where(deadline, prio, np.minimum(prio, hint)), -1, 1)
         has_lane = np.fromiter(map(bool, lane_of), bool, n)
         asked = np.fromiter(map(_CONCURRENCY, table.specs), np.int64, n)
-        default = np.clip(units, 1, DEFAULT_GPU_CONCURRENCY_CAP)
+        default = np.clip(units + extra, 1, DEFAULT_GPU_CONCURRENCY_CAP)
         conc = np.where(has_lane, np.where(asked > 0, asked, default), 0)
         prio_l = np.where(has_lane, prio, 0)
         share_l = share
@@ -387,19 +450,20 @@ def decide(
     same_level = table.has_prev & (table.prev_level == plan.level)
     level_since = np.where(same_level, table.prev_level_since, state.tick)
     level_names = _LEVEL_NAMES[plan.level].tolist()
+    held = np.where(shared_work, 0, units)
     decisions = reuse_or_build(
         n,
         table.previous,
         memo,
         plan.level,
         intent_id=list(table.ids),
-        units=units,
+        units=held,
         degradation=level_names,
         predicted_p99_ms=plan.predicted_p99_ms,
         slack_ms=plan.slack_ms,
         deadline_risk=plan.risk,
         nmu=plan.nmu,
-        state=_STATE_NAMES[plan.state].tolist(),
+        state=_STATE_NAMES[np.where(extra > 0, ADMITTED, plan.state)].tolist(),
         reason=why,
         preempted_units=plan.preempted_units,
         cpu_set=sets,
@@ -414,6 +478,7 @@ def decide(
         gpu_concurrency=conc,
         since_tick=since,
         level_since_tick=level_since,
+        workers=units + extra,
     )
     degraded = int(((plan.level > 0) & running).sum())
     return PlanResult(

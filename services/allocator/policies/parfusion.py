@@ -42,6 +42,8 @@ def no_crosslayer() -> DmugPolicy:
         "no-crosslayer",
         "reference",
         "D-MUG pool sizes only: no CPU sets, nice, cgroup or GPU plans",
+        # without the OS knobs batch cannot run in idle time: it holds units like anyone
+        options=dmug.DmugOptions(idle_batch=False),
         knobs=Knobs(cross_layer=False, gpu_intent=False),
     )
 
