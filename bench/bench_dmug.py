@@ -2,9 +2,12 @@
 
 Each size runs with units = 2 x the sum of the intents' minimums (plenty: the marginal-utility
 phase at work) and 1/2 of it (scarce: admission, preemption and degradation at work), cold (no
-previous plan) and steady (previous = the plan of the tick before, so hysteresis is on). The
-table shows medians over repeats of the whole allocate() call and of the unit allocation alone
-(dmug.plan_units, without materialising Decision objects), wall-clock and CPU time.
+previous plan, a fresh policy instance each repeat: nothing kept from an earlier tick) and
+steady (the allocator loop's case: one policy instance, the same spec objects, each repeat one
+more tick whose previous plan is the tick before's result, so hysteresis is on and the policy's
+memo of its last tick is used). The table shows medians over repeats of the whole allocate()
+call and of the unit allocation alone (dmug.plan_units, without materialising Decision
+objects), wall-clock and CPU time.
 
     .venv/bin/python bench/bench_dmug.py [--sizes 10,100,1000,10000] [--repeats 15] [--seed 7]
 """
@@ -12,12 +15,17 @@ table shows medians over repeats of the whole allocate() call and of the unit al
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import random
 import statistics
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
+
+# measure the checkout this script is in, not whichever copy the environment has installed
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from services.allocator import dmug
 from services.allocator.model import IntentSpec, LaneCapacity, NodeState, PlanInput
@@ -64,9 +72,30 @@ def make_node(units: int) -> NodeState:
     return NodeState(name="bench", cpu_units=units, cpu_ids=tuple(range(16)), lanes=lanes)
 
 
-def median_ms(fn, repeats: int) -> tuple[float, float]:
+class Ticks:
+    """The allocator loop's steady state: one policy instance, the same specs and node, each
+    tick fed the previous tick's plan (its by_id built outside the timed call, as in
+    services/allocator/loop.py)."""
+
+    def __init__(self, policy, first: PlanInput) -> None:
+        self.policy, self.first = policy, first
+        self.result = policy.allocate(first)
+        self.upcoming = first
+
+    def prepare(self) -> None:
+        self.upcoming = dataclasses.replace(
+            self.first, previous=self.result.by_id(), tick=self.upcoming.tick + 1
+        )
+
+    def run(self) -> None:
+        self.result = self.policy.allocate(self.upcoming)
+
+
+def median_ms(fn, repeats: int, prepare=None) -> tuple[float, float]:
     wall, cpu = [], []
     for _ in range(repeats):
+        if prepare is not None:
+            prepare()
         w0, c0 = time.perf_counter(), time.process_time()
         fn()
         cpu.append(time.process_time() - c0)
@@ -92,13 +121,27 @@ def main(argv: list[str] | None = None) -> int:
         total_min = sum(s.min_units for s in intents)
         for case, units in (("plenty", 2 * total_min), ("scarce", max(total_min // 2, 1))):
             cold = PlanInput(intents=intents, node=make_node(units))
-            first = policy.allocate(cold)
-            steady = PlanInput(intents=intents, node=cold.node, previous=first.by_id(), tick=1)
-            for tick, state in (("cold", cold), ("steady", steady)):
-                repeats = ns.repeats if n <= 1000 else max(ns.repeats // 2, 5)
-                a_wall, a_cpu = median_ms(lambda s=state: policy.allocate(s), repeats)
-                p_wall, p_cpu = median_ms(lambda s=state: dmug.plan_units(s), repeats)
-                r = policy.allocate(state)
+            repeats = ns.repeats if n <= 1000 else max(ns.repeats // 2, 5)
+            for tick in ("cold", "steady"):
+                if tick == "cold":
+                    a_wall, a_cpu = median_ms(
+                        lambda s=cold: get_policy("parfusion").allocate(s), repeats
+                    )
+                    p_wall, p_cpu = median_ms(lambda s=cold: dmug.plan_units(s), repeats)
+                    r = policy.allocate(cold)
+                else:
+                    loop = Ticks(get_policy("parfusion"), cold)
+                    a_wall, a_cpu = median_ms(loop.run, repeats, loop.prepare)
+                    r = loop.result
+                    loop.prepare()
+                    state = loop.upcoming
+                    # the next tick's decision, with the memo as that tick finds it (code from
+                    # before the memo has none: then plain plan_units)
+                    kept = getattr(loop.policy, "memo", None)
+                    memo = {"memo": dataclasses.replace(kept)} if kept is not None else {}
+                    p_wall, p_cpu = median_ms(
+                        lambda s=state, m=memo: dmug.plan_units(s, **m), repeats
+                    )
                 granted = sum(d.units for d in r.decisions)
                 risky = sum(1 for d in r.decisions if d.deadline_risk > 0.5)
                 sys.stdout.write(

@@ -22,9 +22,6 @@ Phases of one tick (``plan_units``):
 
 from __future__ import annotations
 
-import itertools
-import operator
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -47,20 +44,27 @@ from services.allocator.formulas import (  # noqa: F401
     service_at_one_unit,
     slack_ms,
 )
+from services.allocator.memo import TickMemo
 from services.allocator.model import (
-    DEGRADATION_ORDER,
-    Decision,
     DmugConfig,
-    IntentSpec,
     PlanInput,
+)
+from services.allocator.table import (  # noqa: F401
+    BATCH,
+    LEVEL_INDEX,
+    ONLINE,
+    ROBOT,
+    URGENT,
+    Z_CLASS,
+    IntentTable,
+    Rows,
+    build_table,
 )
 from services.allocator.waterfill import iron_rows, select_increments, select_increments_heap
 
 IRON_WIDTH = 32  # increments of an S-shaped row that are ironed (the rest keep a running min)
 WHOLE_ROWS_CELLS = 1 << 18  # marginal phase: rows x increments evaluated in one block at most
 DWELL_BONUS = 1e6  # marginal utility added to units held during the dwell window
-Z_CLASS = {"ONLINE": 0, "BATCH": 1, "ROBOT": 2, "URGENT": 3}
-ONLINE, BATCH, ROBOT, URGENT = 0, 1, 2, 3
 
 # UnitPlan.state codes (index into STATE_NAMES)
 ADMITTED, THROTTLED, DEGRADED, PREEMPTED = 0, 1, 2, 3
@@ -72,7 +76,6 @@ HELD_DEGRADED = 8  # NORMAL (or a lighter level) would meet, but the degraded le
 SHARED = 9  # light deadline work: its workers run on shared cores, charged by offered load
 IDLE_TIME = 10  # preemptible elastic batch: no units, idle-time workers under SCHED_IDLE
 LEVEL_MARGIN = 0.1  # a lighter level must meet (1 - margin) x deadline before it is taken back
-LEVEL_INDEX = {name: i for i, name in enumerate(DEGRADATION_ORDER)}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -91,197 +94,6 @@ class DmugOptions:
     order: str = "least-slack"  # or "edf"
     hysteresis: bool = True
     idle_batch: bool = True  # preemptible elastic batch runs in idle time, holding no units
-
-
-_NUMERIC = (
-    "priority",
-    "deadline_ms",
-    "min_units",
-    "max_units",
-    "preferred_units",
-    "parallel_fraction",
-    "base_service_ms",
-    "arrival_rate_per_s",
-    "seq",
-)
-_OTHER = ("id", "workload_class", "gpu_lane", "gpu_share", "degradation", "preemptible", "elastic")
-_NUMERIC_GETTER = operator.attrgetter(*_NUMERIC)
-_OTHER_GETTERS = tuple(map(operator.attrgetter, _OTHER))
-_PREVIOUS_GETTER = operator.attrgetter("units", "since_tick", "level_since_tick")
-_LEVEL_GETTER = operator.attrgetter("degradation")
-_NO_PREVIOUS = Decision("", 0)  # stands in for "no previous decision" (units 0, NORMAL)
-
-
-def _ladder_bits(ladder: tuple[str, ...]) -> tuple[bool, bool, bool]:
-    return (True, "FP16" in ladder, "INT8" in ladder)
-
-
-@dataclass
-class IntentTable:
-    """The tick's intents as columns (index i = position in PlanInput.intents)."""
-
-    specs: Sequence[IntentSpec]
-    ids: Sequence[str]
-    cls: np.ndarray
-    weight: np.ndarray
-    deadline: np.ndarray
-    has_deadline: np.ndarray
-    min_units: np.ndarray
-    cap: np.ndarray
-    preferred: np.ndarray
-    f: np.ndarray
-    tail1: np.ndarray
-    mean1: np.ndarray
-    rel_spread: np.ndarray
-    arrival: np.ndarray
-    inflation: np.ndarray
-    uses_gpu: np.ndarray
-    ladder: np.ndarray  # (n, 3) bool: level allowed
-    preemptible: np.ndarray
-    elastic: np.ndarray
-    seq: np.ndarray
-    prev_units: np.ndarray
-    prev_since: np.ndarray
-    has_prev: np.ndarray
-    level_factor: np.ndarray  # (3,) latency multiplier per degradation level
-    prev_level: np.ndarray  # previous decision's degradation level (index), 0 if none
-    prev_level_since: np.ndarray  # tick at which that level was taken
-
-    @property
-    def n(self) -> int:
-        return len(self.specs)
-
-    def take(self, idx=None, column: bool = False) -> Rows:
-        """The model parameters of rows idx (all rows when None), as (k,) or (k, 1) columns."""
-        if idx is None:
-            return Rows(self.tail1, self.mean1, self.f, self.arrival, self.inflation,
-                        self.deadline, self.rel_spread, self.has_deadline, self.weight, self.cap)  # fmt: skip
-        cols = [
-            a[idx]
-            for a in (self.tail1, self.mean1, self.f, self.arrival, self.inflation, self.deadline,
-                      self.rel_spread, self.has_deadline, self.weight, self.cap)
-        ]  # fmt: skip
-        if column:
-            cols = [c[:, None] for c in cols]
-        return Rows(*cols)
-
-    def latency(self, idx, p, level=0):
-        """L(p) for rows idx at units p and degradation level (scalar or array)."""
-        return self.take(idx).latency(p, self.level_factor[level])
-
-    def risk(self, idx, p, level=0):
-        return self.take(idx).risk(p, self.level_factor[level])
-
-
-@dataclass(slots=True)
-class Rows:
-    """Model parameters gathered once for the rows one step works on."""
-
-    tail1: np.ndarray
-    mean1: np.ndarray
-    f: np.ndarray
-    arrival: np.ndarray
-    inflation: np.ndarray
-    deadline: np.ndarray
-    rel_spread: np.ndarray
-    has_deadline: np.ndarray
-    weight: np.ndarray
-    cap: np.ndarray
-
-    def latency(self, p, level_factor):
-        return predicted_latency_ms(
-            self.tail1, self.mean1, self.f, p, self.arrival, self.inflation * level_factor
-        )
-
-    def risk_at(self, latency):
-        r = deadline_risk(slack_ms(self.deadline, latency), latency, self.rel_spread)
-        return np.where(self.has_deadline, r, 0.0)
-
-    def risk(self, p, level_factor):
-        return self.risk_at(self.latency(p, level_factor))
-
-
-def build_table(state: PlanInput, use_predictor: bool = True) -> IntentTable:
-    """The tick's intents as columns: one pass over the specs, then numpy."""
-    specs = state.intents
-    n = len(specs)
-    capacity = max(int(state.node.cpu_units), 0)
-    # one C-level pass: a tuple per intent (attrgetter), flattened straight into one array
-    flat = itertools.chain.from_iterable(map(_NUMERIC_GETTER, specs))
-    num = np.fromiter(flat, np.float64, n * len(_NUMERIC)).reshape(n, len(_NUMERIC)).T.copy()
-    prio, deadline, mn, mx, pref, f, base, arrival, seq = num
-    # one C-level map per column (cheaper than transposing n tuples with zip)
-    ids, classes, lanes, shares, ladders, preemptible, elastic = (
-        list(map(get, specs)) for get in _OTHER_GETTERS
-    )
-    cls = np.fromiter(map(Z_CLASS.get, classes, [BATCH] * n), dtype=np.int8, count=n)
-    f = np.minimum(np.maximum(f, 0.0), 1.0)
-    has_deadline = (cls != BATCH) & (deadline > 0)
-    mn = np.maximum(mn, 1)
-    cap = np.where(mx > 0, np.minimum(mx, capacity), capacity)
-    mn = np.minimum(mn, np.maximum(cap, 1))
-    uses_gpu = np.fromiter(map(bool, lanes), bool, n) | (np.fromiter(shares, np.float64, n) > 0)
-    network_bound = ((cls == ONLINE) | (cls == ROBOT)).astype(np.float64)
-    inflation = latency_inflation(
-        state.node, state.config.contention_gain, uses_gpu.astype(np.float64), network_bound
-    )
-    tail1 = np.maximum(base, 1e-6)
-    mean1 = tail1.copy()
-    rel = np.full(n, DEFAULT_REL_SPREAD)
-    stats = state.stats if use_predictor else {}
-    if stats:
-        for i, st in enumerate(map(stats.get, ids)):
-            if st is not None:
-                tail1[i], mean1[i], rel[i] = service_at_one_unit(
-                    st, specs[i].base_service_ms, float(f[i]), specs[i].target_percentile
-                )
-    distinct = {t: k for k, t in enumerate(dict.fromkeys(ladders))}
-    bits = np.array([_ladder_bits(t) for t in distinct], dtype=bool).reshape(len(distinct), 3)
-    ladder = bits[np.fromiter(map(distinct.__getitem__, ladders), np.int64, n)]
-    if state.previous:
-        prevs = list(map(state.previous.get, ids, itertools.repeat(_NO_PREVIOUS, n)))
-        has_prev = np.fromiter(map(operator.is_not, prevs, itertools.repeat(_NO_PREVIOUS)), bool, n)
-        flat = itertools.chain.from_iterable(map(_PREVIOUS_GETTER, prevs))
-        prev_units, prev_since, prev_level_since = (
-            np.fromiter(flat, np.int64, 3 * n).reshape(n, 3).T.copy()
-        )
-        levels = map(LEVEL_INDEX.get, map(_LEVEL_GETTER, prevs), itertools.repeat(0))
-        prev_level = np.fromiter(levels, np.int64, n)
-    else:
-        prev_units = np.zeros(n, dtype=np.int64)
-        prev_since = np.zeros(n, dtype=np.int64)
-        has_prev = np.zeros(n, dtype=bool)
-        prev_level = np.zeros(n, dtype=np.int64)
-        prev_level_since = np.zeros(n, dtype=np.int64)
-    speed = state.config.degradation_speedup
-    return IntentTable(
-        specs=specs,
-        ids=ids,
-        cls=cls,
-        weight=priority_weight(prio),
-        deadline=deadline,
-        has_deadline=has_deadline,
-        min_units=mn.astype(np.int64),
-        cap=cap.astype(np.int64),
-        preferred=pref.astype(np.int64),
-        f=f,
-        tail1=tail1,
-        mean1=mean1,
-        rel_spread=rel,
-        arrival=np.where(cls == BATCH, 0.0, np.maximum(arrival, 0.0)),
-        inflation=np.asarray(inflation, dtype=np.float64) * np.ones(n),
-        uses_gpu=uses_gpu,
-        ladder=ladder,
-        preemptible=np.fromiter(preemptible, bool, n),
-        elastic=np.fromiter(elastic, bool, n),
-        seq=seq,
-        prev_units=prev_units,
-        prev_since=prev_since,
-        has_prev=has_prev,
-        level_factor=np.array([float(speed.get(lvl, 1.0)) for lvl in DEGRADATION_ORDER]),
-        prev_level=prev_level,
-        prev_level_since=prev_level_since,
-    )
 
 
 def units_to_meet(
@@ -517,10 +329,15 @@ class UnitPlan:
 
 
 def tie_rank(table: IntentTable) -> np.ndarray:
-    """Deterministic rank per row (lower wins ties): higher priority weight, then earlier seq."""
+    """Deterministic rank per row (lower wins ties): higher priority weight, then earlier seq.
+    Computed once per table (the tick and its cross-layer step both ask), read-only."""
+    if table.rank is not None:
+        return table.rank
     order = np.lexsort((np.arange(table.n), table.seq, -table.weight))
     rank = np.empty(table.n, dtype=np.int64)
     rank[order] = np.arange(table.n)
+    rank.flags.writeable = False
+    table.rank = rank
     return rank
 
 
@@ -577,11 +394,12 @@ def idle_time_batch(table: IntentTable, options: DmugOptions, node) -> np.ndarra
 
 
 def plan_units(
-    state: PlanInput, options: DmugOptions | None = None
+    state: PlanInput, options: DmugOptions | None = None, memo: TickMemo | None = None
 ) -> tuple[IntentTable, UnitPlan]:
-    """One tick of D-MUG unit allocation (phases 0-3, see the module docstring)."""
+    """One tick of D-MUG unit allocation (phases 0-3, see the module docstring); `memo` keeps
+    the intents' columns between one policy's ticks (services/allocator/memo.py)."""
     options = options or DmugOptions()
-    table = build_table(state, options.use_predictor)
+    table = build_table(state, options.use_predictor, memo)
     n = table.n
     capacity = max(int(state.node.cpu_units), 0)
     light = light_work(table, state.config)

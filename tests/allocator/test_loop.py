@@ -266,3 +266,26 @@ def test_predictor_samples_normalised_by_level_and_pressure(store: IntentStore) 
     stats = loop.service_stats()[web]
     assert stats.count == 6 and stats.observed_units == 1
     assert stats.mean_ms == pytest.approx(27.0 / (0.6 * 1.5))
+
+
+def test_ticks_on_an_unchanged_store_reuse_the_policys_memo(store: IntentStore) -> None:
+    """The loop hands its policy the same spec objects and last tick's Decisions while the store
+    is unchanged, so the memo (services/allocator/memo.py) reads the specs once and keeps the
+    Decisions that did not change; a submit re-reads them."""
+    submit(store, online_intent(), batch_intent())
+    loop = make_loop(store, cpu_units=4)
+    try:
+        loop.tick()
+        memo = loop._policy.memo  # type: ignore[attr-defined]
+        columns = memo.spec_columns
+        loop.tick()
+        before = dict(loop._previous)
+        loop.tick()
+        assert memo.spec_columns is columns
+        kept = [d for i, d in loop._previous.items() if d is before[i]]
+        assert kept  # unchanged decisions are the very same objects
+        submit(store, batch_intent())
+        loop.tick()
+        assert memo.spec_columns is not columns and len(memo.spec_columns.specs) == 3
+    finally:
+        loop.stop()

@@ -40,6 +40,7 @@ from services.allocator.dmug import (
     cpu_pressure,
     offered_load,
 )
+from services.allocator.memo import Column, LastDecisions, TickMemo, changed_rows
 from services.allocator.model import (
     DEGRADATION_ORDER,
     Decision,
@@ -309,16 +310,51 @@ def _draft_build_works() -> bool:
 _FAST_BUILD = _draft_build_works()
 
 
-def build_decisions(n: int, **columns: list) -> tuple[Decision, ...]:
-    """n Decisions from one list per field (every field given)."""
+def build_decisions(n: int, **columns: Column) -> tuple[Decision, ...]:
+    """n Decisions from one column (list or array) per field (every field given)."""
     if set(columns) != set(_DECISION_FIELDS):
         raise TypeError(f"build_decisions needs exactly the fields {_DECISION_FIELDS}")
-    cols = [columns[name] for name in _DECISION_FIELDS]
+    cols = [_as_list(columns[name]) for name in _DECISION_FIELDS]
     if not _FAST_BUILD:
         return tuple(map(Decision, *cols))
     objs = tuple(map(_DecisionDraft, *cols))
     deque(map(setattr, objs, repeat("__class__"), repeat(Decision)), maxlen=0)
     return objs  # type: ignore[return-value]
+
+
+def _as_list(column: Column) -> list:
+    return column.tolist() if isinstance(column, np.ndarray) else column
+
+
+def _rows_of(column: Column, rows: np.ndarray) -> list:
+    if isinstance(column, np.ndarray):
+        return column[rows].tolist()
+    return [column[i] for i in rows.tolist()]
+
+
+def reuse_or_build(
+    n: int,
+    previous: list[Decision] | None,
+    memo: TickMemo | None,
+    level: np.ndarray,
+    **columns: Column,
+) -> tuple[Decision, ...]:
+    """The tick's Decisions: when `previous` is what this policy built last tick, rows whose
+    fields all equal last tick's keep their Decision object and only changed rows are built
+    (an equal result, without 23 field writes per unchanged intent). Remembers the result."""
+    last = memo.last if memo is not None else None
+    if previous is not None and last is not None and last.built(previous):
+        rows = np.flatnonzero(changed_rows(n, columns, last.columns))
+        built = build_decisions(rows.size, **{k: _rows_of(c, rows) for k, c in columns.items()})
+        kept = list(previous)
+        for i, decision in zip(rows.tolist(), built, strict=True):
+            kept[i] = decision
+        decisions = tuple(kept)
+    else:
+        decisions = build_decisions(n, **columns)
+    if memo is not None:
+        memo.last = LastDecisions(decisions, columns, level)
+    return decisions
 
 
 def decide(
@@ -328,8 +364,10 @@ def decide(
     policy: str,
     knobs: Knobs,
     rank: np.ndarray,
+    memo: TickMemo | None = None,
 ) -> PlanResult:
-    """Materialise the Decisions: one per intent, in PlanInput order."""
+    """Materialise the Decisions: one per intent, in PlanInput order (unchanged ones kept from
+    last tick through `memo`)."""
     n = table.n
     node = state.node
     capacity = max(int(node.cpu_units), 0)
@@ -346,6 +384,8 @@ def decide(
     shared_work = plan.shared if plan.shared.size == n else np.zeros(n, dtype=bool)
     extra = np.zeros(n, dtype=np.int64)
 
+    nice_l: Column
+    weight_l: Column
     if knobs.cross_layer:
         sets, exclusive = cpu_sets(table, plan, tuple(node.cpu_ids), capacity)
         squeezed = np.flatnonzero(deadline & running & ~exclusive & ~shared_work)
@@ -372,7 +412,7 @@ def decide(
         weight = np.where(scavenging, 1, weight)
         plain = which.reshape(n)
         cpu_max = texts[np.where((deadline & running) | scavenging, distinct.size, plain)].tolist()
-        nice_l, sched_l, weight_l = nice.tolist(), sched.tolist(), weight.tolist()
+        nice_l, sched_l, weight_l = nice, sched.tolist(), weight
         for i in np.flatnonzero(scavenging).tolist():
             sets[i] = arena
             why[i] += (
@@ -384,6 +424,8 @@ def decide(
         nice_l, sched_l, weight_l, cpu_max = [0] * n, ["other"] * n, [100] * n, ["max"] * n
 
     gpu_on = knobs.cross_layer and knobs.gpu_intent
+    prio_l: Column
+    conc: Column
     if gpu_on and table.uses_gpu.any():
         lane_of, share, note = gpu_shares(table, plan, tuple(node.lanes), rank, units + extra > 0)
         indexes = {lane.name: tuple(lane.gpu_indexes) for lane in node.lanes}
@@ -394,33 +436,36 @@ def decide(
         has_lane = np.fromiter(map(bool, lane_of), bool, n)
         asked = np.fromiter(map(_CONCURRENCY, table.specs), np.int64, n)
         default = np.clip(units + extra, 1, DEFAULT_GPU_CONCURRENCY_CAP)
-        conc = np.where(has_lane, np.where(asked > 0, asked, default), 0).tolist()
-        prio_l = np.where(has_lane, prio, 0).tolist()
-        share_l = share.tolist()
+        conc = np.where(has_lane, np.where(asked > 0, asked, default), 0)
+        prio_l = np.where(has_lane, prio, 0)
+        share_l = share
         if any(note):
             why = [w + x if x else w for w, x in zip(why, note, strict=True)]
     else:
-        lane_of, gidx, share_l = [""] * n, [()] * n, [0.0] * n
+        lane_of, gidx, share_l = [""] * n, [()] * n, np.zeros(n)
         prio_l, conc = [0] * n, [0] * n
 
     same = table.has_prev & (table.prev_units == units)
-    since = np.where(same, table.prev_since, state.tick).tolist()
+    since = np.where(same, table.prev_since, state.tick)
     same_level = table.has_prev & (table.prev_level == plan.level)
-    level_since = np.where(same_level, table.prev_level_since, state.tick).tolist()
+    level_since = np.where(same_level, table.prev_level_since, state.tick)
     level_names = _LEVEL_NAMES[plan.level].tolist()
     held = np.where(shared_work, 0, units)
-    decisions = build_decisions(
+    decisions = reuse_or_build(
         n,
+        table.previous,
+        memo,
+        plan.level,
         intent_id=list(table.ids),
-        units=held.tolist(),
+        units=held,
         degradation=level_names,
-        predicted_p99_ms=plan.predicted_p99_ms.tolist(),
-        slack_ms=plan.slack_ms.tolist(),
-        deadline_risk=plan.risk.tolist(),
-        nmu=plan.nmu.tolist(),
+        predicted_p99_ms=plan.predicted_p99_ms,
+        slack_ms=plan.slack_ms,
+        deadline_risk=plan.risk,
+        nmu=plan.nmu,
         state=_STATE_NAMES[np.where(extra > 0, ADMITTED, plan.state)].tolist(),
         reason=why,
-        preempted_units=plan.preempted_units.tolist(),
+        preempted_units=plan.preempted_units,
         cpu_set=sets,
         nice=nice_l,
         sched_policy=sched_l,
@@ -433,7 +478,7 @@ def decide(
         gpu_concurrency=conc,
         since_tick=since,
         level_since_tick=level_since,
-        workers=(units + extra).tolist(),
+        workers=units + extra,
     )
     degraded = int(((plan.level > 0) & running).sum())
     return PlanResult(

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from services.allocator import dmug
+from services.allocator.memo import TickMemo
 from services.allocator.model import PlanInput, PlanResult
 from services.allocator.policies.crosslayer import Knobs, decide
 
@@ -20,10 +21,12 @@ class DmugPolicy:
     description: str
     options: dmug.DmugOptions = field(default_factory=dmug.DmugOptions)
     knobs: Knobs = field(default_factory=Knobs)
+    memo: TickMemo = field(default_factory=TickMemo, repr=False, compare=False)
 
     def allocate(self, state: PlanInput) -> PlanResult:
-        table, plan = dmug.plan_units(state, self.options)
-        return decide(state, table, plan, self.name, self.knobs, dmug.tie_rank(table))
+        table, plan = dmug.plan_units(state, self.options, self.memo)
+        rank = dmug.tie_rank(table)
+        return decide(state, table, plan, self.name, self.knobs, rank, self.memo)
 
 
 def parfusion() -> DmugPolicy:

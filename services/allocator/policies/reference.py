@@ -10,11 +10,12 @@ Their predicted p99, slack and risk come from dmug.assess, so experiments compar
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from services.allocator import dmug
+from services.allocator.memo import TickMemo
 from services.allocator.model import PlanInput, PlanResult
 from services.allocator.policies.crosslayer import Knobs, decide
 
@@ -96,9 +97,10 @@ class ReferencePolicy:
     units_fn: Callable[[dmug.IntentTable, int], tuple[np.ndarray, np.ndarray]]
     use_predictor: bool = True
     sticky: bool = False  # keep the units of the first allocation (no feedback)
+    memo: TickMemo = field(default_factory=TickMemo, repr=False, compare=False)
 
     def allocate(self, state: PlanInput) -> PlanResult:
-        table = dmug.build_table(state, self.use_predictor)
+        table = dmug.build_table(state, self.use_predictor, self.memo)
         capacity = max(int(state.node.cpu_units), 0)
         units, outcome = self.units_fn(table, capacity)
         if self.sticky:
@@ -114,7 +116,7 @@ class ReferencePolicy:
                     outcome[i] = dmug.NOT_ADMITTED
         level = np.zeros(table.n, dtype=np.int64)
         plan = dmug.assess(table, units, level, outcome, state.config)
-        return decide(state, table, plan, self.name, NO_KNOBS, dmug.tie_rank(table))
+        return decide(state, table, plan, self.name, NO_KNOBS, dmug.tie_rank(table), self.memo)
 
 
 def baseline() -> ReferencePolicy:

@@ -1,0 +1,209 @@
+"""The tick's intents as columns (IntentTable): what every D-MUG phase and every policy reads.
+
+``build_table`` turns PlanInput into numpy columns: the specs' own fields (read once and kept
+between ticks by services/allocator/memo.py while the spec objects stay the same), the capacity
+caps, the contention inflation, the predictor's service times and the previous plan. ``Rows``
+gathers the model parameters of the rows one step works on and evaluates the latency and risk
+formulas (services/allocator/formulas.py) on them.
+"""
+
+from __future__ import annotations
+
+import itertools
+import operator
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from services.allocator.formulas import (
+    DEFAULT_REL_SPREAD,
+    deadline_risk,
+    latency_inflation,
+    predicted_latency_ms,
+    priority_weight,
+    service_at_one_unit,
+    slack_ms,
+)
+from services.allocator.memo import CLASS_CODES, TickMemo, read_spec_columns
+from services.allocator.model import DEGRADATION_ORDER, Decision, IntentSpec, PlanInput
+
+Z_CLASS = CLASS_CODES
+ONLINE, BATCH, ROBOT, URGENT = (
+    CLASS_CODES[name] for name in ("ONLINE", "BATCH", "ROBOT", "URGENT")
+)
+LEVEL_INDEX = {name: i for i, name in enumerate(DEGRADATION_ORDER)}
+
+_PREVIOUS_GETTER = operator.attrgetter("units", "since_tick", "level_since_tick")
+_LEVEL_GETTER = operator.attrgetter("degradation")
+_NO_PREVIOUS = Decision("", 0)  # stands in for "no previous decision" (units 0, NORMAL)
+
+
+@dataclass
+class IntentTable:
+    """The tick's intents as columns (index i = position in PlanInput.intents)."""
+
+    specs: Sequence[IntentSpec]
+    ids: Sequence[str]
+    cls: np.ndarray
+    weight: np.ndarray
+    deadline: np.ndarray
+    has_deadline: np.ndarray
+    min_units: np.ndarray
+    cap: np.ndarray
+    preferred: np.ndarray
+    f: np.ndarray
+    tail1: np.ndarray
+    mean1: np.ndarray
+    rel_spread: np.ndarray
+    arrival: np.ndarray
+    inflation: np.ndarray
+    uses_gpu: np.ndarray
+    ladder: np.ndarray  # (n, 3) bool: level allowed
+    preemptible: np.ndarray
+    elastic: np.ndarray
+    seq: np.ndarray
+    prev_units: np.ndarray
+    prev_since: np.ndarray
+    has_prev: np.ndarray
+    level_factor: np.ndarray  # (3,) latency multiplier per degradation level
+    prev_level: np.ndarray  # previous decision's degradation level (index), 0 if none
+    prev_level_since: np.ndarray  # tick at which that level was taken
+    previous: list[Decision] | None = None  # previous decision per row (_NO_PREVIOUS if none)
+    rank: np.ndarray | None = None  # tie rank (dmug.tie_rank), filled on first use
+
+    @property
+    def n(self) -> int:
+        return len(self.specs)
+
+    def take(self, idx=None, column: bool = False) -> Rows:
+        """The model parameters of rows idx (all rows when None), as (k,) or (k, 1) columns."""
+        if idx is None:
+            return Rows(self.tail1, self.mean1, self.f, self.arrival, self.inflation,
+                        self.deadline, self.rel_spread, self.has_deadline, self.weight, self.cap)  # fmt: skip
+        cols = [
+            a[idx]
+            for a in (self.tail1, self.mean1, self.f, self.arrival, self.inflation, self.deadline,
+                      self.rel_spread, self.has_deadline, self.weight, self.cap)
+        ]  # fmt: skip
+        if column:
+            cols = [c[:, None] for c in cols]
+        return Rows(*cols)
+
+    def latency(self, idx, p, level=0):
+        """L(p) for rows idx at units p and degradation level (scalar or array)."""
+        return self.take(idx).latency(p, self.level_factor[level])
+
+    def risk(self, idx, p, level=0):
+        return self.take(idx).risk(p, self.level_factor[level])
+
+
+@dataclass(slots=True)
+class Rows:
+    """Model parameters gathered once for the rows one step works on."""
+
+    tail1: np.ndarray
+    mean1: np.ndarray
+    f: np.ndarray
+    arrival: np.ndarray
+    inflation: np.ndarray
+    deadline: np.ndarray
+    rel_spread: np.ndarray
+    has_deadline: np.ndarray
+    weight: np.ndarray
+    cap: np.ndarray
+
+    def latency(self, p, level_factor):
+        return predicted_latency_ms(
+            self.tail1, self.mean1, self.f, p, self.arrival, self.inflation * level_factor
+        )
+
+    def risk_at(self, latency):
+        r = deadline_risk(slack_ms(self.deadline, latency), latency, self.rel_spread)
+        return np.where(self.has_deadline, r, 0.0)
+
+    def risk(self, p, level_factor):
+        return self.risk_at(self.latency(p, level_factor))
+
+
+def build_table(
+    state: PlanInput, use_predictor: bool = True, memo: TickMemo | None = None
+) -> IntentTable:
+    """The tick's intents as columns: the specs' own fields (kept in `memo` between ticks while
+    the spec objects are the same), then this tick's node, stats and previous plan."""
+    specs = state.intents
+    n = len(specs)
+    capacity = max(int(state.node.cpu_units), 0)
+    columns = memo.columns_for(specs) if memo is not None else read_spec_columns(specs)
+    prio, deadline, mn, mx, pref, f, base, arrival, seq = columns.numeric
+    ids, cls, uses_gpu = columns.ids, columns.cls, columns.uses_gpu
+    f = np.minimum(np.maximum(f, 0.0), 1.0)
+    has_deadline = (cls != BATCH) & (deadline > 0)
+    mn = np.maximum(mn, 1)
+    cap = np.where(mx > 0, np.minimum(mx, capacity), capacity)
+    mn = np.minimum(mn, np.maximum(cap, 1))
+    network_bound = ((cls == ONLINE) | (cls == ROBOT)).astype(np.float64)
+    inflation = latency_inflation(
+        state.node, state.config.contention_gain, uses_gpu.astype(np.float64), network_bound
+    )
+    tail1 = np.maximum(base, 1e-6)
+    mean1 = tail1.copy()
+    rel = np.full(n, DEFAULT_REL_SPREAD)
+    stats = state.stats if use_predictor else {}
+    if stats:
+        for i, st in enumerate(map(stats.get, ids)):
+            if st is not None:
+                tail1[i], mean1[i], rel[i] = service_at_one_unit(
+                    st, specs[i].base_service_ms, float(f[i]), specs[i].target_percentile
+                )
+    prevs: list[Decision] | None = None
+    if state.previous:
+        prevs = list(map(state.previous.get, ids, itertools.repeat(_NO_PREVIOUS, n)))
+        has_prev = np.fromiter(map(operator.is_not, prevs, itertools.repeat(_NO_PREVIOUS)), bool, n)
+        last = memo.last if memo is not None else None
+        if last is not None and last.built(prevs):
+            # the previous plan is the one this policy built last tick: its columns are at hand
+            prev_units, prev_since, prev_level_since, prev_level = last.tick_columns()
+        else:
+            flat = itertools.chain.from_iterable(map(_PREVIOUS_GETTER, prevs))
+            prev_units, prev_since, prev_level_since = (
+                np.fromiter(flat, np.int64, 3 * n).reshape(n, 3).T.copy()
+            )
+            levels = map(LEVEL_INDEX.get, map(_LEVEL_GETTER, prevs), itertools.repeat(0))
+            prev_level = np.fromiter(levels, np.int64, n)
+    else:
+        prev_units = np.zeros(n, dtype=np.int64)
+        prev_since = np.zeros(n, dtype=np.int64)
+        has_prev = np.zeros(n, dtype=bool)
+        prev_level = np.zeros(n, dtype=np.int64)
+        prev_level_since = np.zeros(n, dtype=np.int64)
+    speed = state.config.degradation_speedup
+    return IntentTable(
+        specs=specs,
+        ids=ids,
+        cls=cls,
+        weight=priority_weight(prio),
+        deadline=deadline,
+        has_deadline=has_deadline,
+        min_units=mn.astype(np.int64),
+        cap=cap.astype(np.int64),
+        preferred=pref.astype(np.int64),
+        f=f,
+        tail1=tail1,
+        mean1=mean1,
+        rel_spread=rel,
+        arrival=np.where(cls == BATCH, 0.0, np.maximum(arrival, 0.0)),
+        inflation=np.asarray(inflation, dtype=np.float64) * np.ones(n),
+        uses_gpu=uses_gpu,
+        ladder=columns.ladder,
+        preemptible=columns.preemptible,
+        elastic=columns.elastic,
+        seq=seq,
+        prev_units=prev_units,
+        prev_since=prev_since,
+        has_prev=has_prev,
+        level_factor=np.array([float(speed.get(lvl, 1.0)) for lvl in DEGRADATION_ORDER]),
+        prev_level=prev_level,
+        prev_level_since=prev_level_since,
+        previous=prevs,
+    )

@@ -1,0 +1,167 @@
+"""Memo between ticks (services/allocator/memo.py): a policy that keeps its columns and Decisions
+from tick to tick gives exactly the PlanResult a fresh policy computes from scratch, for every
+policy in the registry, over chains of ticks in which specs, node, config and stats change."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from services.allocator import dmug
+from services.allocator.memo import TickMemo, changed_rows
+from services.allocator.model import (
+    DmugConfig,
+    IntentSpec,
+    LaneCapacity,
+    NodeState,
+    PlanInput,
+    ServiceStats,
+)
+from services.allocator.policies.registry import POLICIES, get_policy
+from tests.allocator.test_dmug import plan_inputs
+
+CHAIN = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+LANES = (LaneCapacity("infer", (0, 1), 200), LaneCapacity("train", ()))
+CHANGES = ("same", "same", "spec", "add", "drop", "node", "config", "stats", "gpu", "list")
+
+
+def _change(draw, state: PlanInput, kind: str) -> PlanInput:
+    """The next tick's input: the same objects unless `kind` changes one thing."""
+    specs = state.intents
+    if kind == "spec" and specs:
+        i = draw(st.integers(0, len(specs) - 1))
+        field_name, value = draw(
+            st.sampled_from(
+                [
+                    ("priority", draw(st.integers(0, 1000))),
+                    ("min_units", draw(st.integers(1, 4))),
+                    ("max_units", draw(st.integers(0, 9))),
+                    ("base_service_ms", draw(st.floats(1.0, 200.0))),
+                    ("preemptible", draw(st.booleans())),
+                    ("elastic", draw(st.booleans())),
+                    ("degradation", ("NORMAL", "FP16", "INT8")),
+                    ("deadline_ms", draw(st.floats(1.0, 200.0))),
+                ]
+            )
+        )
+        if field_name == "deadline_ms" and specs[i].workload_class == "BATCH":
+            value = 0.0
+        new = dataclasses.replace(specs[i], **{field_name: value})
+        specs = (*specs[:i], new, *specs[i + 1 :])
+    elif kind == "add":
+        seq = max((s.seq for s in specs), default=0) + 1
+        specs = (*specs, IntentSpec(id=f"n{len(specs)}", name="added", workload_class="ONLINE",
+                                    deadline_ms=30.0, min_units=2, seq=seq))  # fmt: skip
+    elif kind == "drop" and specs:
+        specs = specs[1:]
+    elif kind == "gpu" and specs:
+        specs = (dataclasses.replace(specs[0], gpu_lane="infer", gpu_share=0.25), *specs[1:])
+    elif kind == "list":
+        specs = list(specs)  # a new sequence of the same spec objects
+    node, config, stats = state.node, state.config, state.stats
+    if kind == "node":
+        node = dataclasses.replace(
+            node, cpu_units=draw(st.integers(0, 40)), contention=draw(st.sampled_from([0.0, 0.6]))
+        )
+    elif kind == "config":
+        config = DmugConfig(
+            hysteresis_min_gain=draw(st.sampled_from([0.0, 0.02, 0.5])),
+            hysteresis_dwell_ticks=draw(st.integers(0, 4)),
+            risk_threshold=draw(st.sampled_from([0.2, 0.5])),
+            degradation_speedup={"NORMAL": 1.0, "FP16": 0.5, "INT8": 0.3},
+        )
+    elif kind == "stats" and specs:
+        stats = {specs[0].id: ServiceStats(mean_ms=20.0, p95_ms=30.0, p99_ms=45.0, count=50)}
+    return dataclasses.replace(state, intents=specs, node=node, config=config, stats=stats)
+
+
+@pytest.mark.parametrize("name", list(POLICIES))
+@CHAIN
+@given(data=st.data())
+def test_memo_chain_equals_a_fresh_policy_every_tick(name, data):
+    first = data.draw(plan_inputs(max_n=8))
+    if data.draw(st.booleans()):
+        first = dataclasses.replace(first, node=dataclasses.replace(first.node, lanes=LANES))
+        if first.intents:
+            spec = dataclasses.replace(first.intents[0], gpu_lane="infer", gpu_share=0.5)
+            first = dataclasses.replace(first, intents=(spec, *first.intents[1:]))
+    kinds = data.draw(st.lists(st.sampled_from(CHANGES), min_size=1, max_size=6))
+    kept = get_policy(name)  # one instance across the chain, as the allocator loop holds it
+    state, result = first, None
+    for tick, kind in enumerate(["first", *kinds]):
+        if kind != "first":
+            state = _change(data.draw, state, kind)
+            assert result is not None
+            state = dataclasses.replace(state, previous=result.by_id(), tick=state.tick + 1)
+        result = kept.allocate(state)
+        expected = get_policy(name).allocate(
+            state
+        )  # no memo: every column read, every Decision built
+        assert result == expected, (tick, kind)
+        assert repr(result) == repr(expected), (tick, kind)  # -0.0 vs 0.0 and types too
+
+
+def test_unchanged_rows_keep_their_decision_objects():
+    specs = tuple(
+        IntentSpec(id=f"i{k}", name=f"w{k}", workload_class=cls, deadline_ms=dl, min_units=2,
+                   max_units=5, seq=k)
+        for k, (cls, dl) in enumerate([("ONLINE", 40.0), ("BATCH", 0.0), ("ROBOT", 30.0)])
+    )  # fmt: skip
+    kept = get_policy("parfusion")
+    r1 = kept.allocate(PlanInput(intents=specs, node=_node(12), tick=10))
+    r2 = kept.allocate(PlanInput(intents=specs, node=_node(12), previous=r1.by_id(), tick=11))
+    r3 = kept.allocate(PlanInput(intents=specs, node=_node(12), previous=r2.by_id(), tick=12))
+    assert r3 == r2
+    assert all(a is b for a, b in zip(r3.decisions, r2.decisions, strict=True))
+
+
+def test_changed_spec_object_rereads_columns():
+    a = IntentSpec(id="a", name="a", workload_class="BATCH", min_units=1)
+    memo = TickMemo()
+    first = memo.columns_for((a,))
+    assert memo.columns_for((a,)) is first
+    b = dataclasses.replace(a, min_units=3)  # same id, new object
+    second = memo.columns_for((b,))
+    assert second is not first and second.numeric[2, 0] == 3.0
+    specs = [a]
+    memo.columns_for(specs)
+    specs[0] = b  # the same list, mutated in place: identity per element still catches it
+    assert memo.columns_for(specs).numeric[2, 0] == 3.0
+
+
+def test_cached_columns_are_read_only():
+    a = IntentSpec(id="a", name="a", workload_class="ONLINE", deadline_ms=10.0)
+    table = dmug.build_table(PlanInput(intents=(a,), node=_node(4)), memo=TickMemo())
+    with pytest.raises(ValueError):
+        table.deadline[0] = 1.0
+
+
+def test_foreign_previous_plan_builds_every_decision():
+    """A previous plan not built by this policy instance (another policy, a restart) is read
+    field by field, never matched against the memo's columns."""
+    specs = (
+        IntentSpec(id="a", name="a", workload_class="ONLINE", deadline_ms=25.0, min_units=2),
+        IntentSpec(id="b", name="b", workload_class="BATCH", min_units=1, max_units=6),
+    )
+    kept, other = get_policy("parfusion"), get_policy("baseline")
+    first = PlanInput(intents=specs, node=_node(8))
+    kept.allocate(first)
+    foreign = other.allocate(first)
+    state = dataclasses.replace(first, previous=foreign.by_id(), tick=1)
+    assert kept.allocate(state) == get_policy("parfusion").allocate(state)
+
+
+def test_changed_rows_compares_floats_by_bits():
+    new = {"x": np.array([0.0, -0.0, np.nan, 1.0]), "s": ["a", "b", "c", "d"]}
+    old = {"x": np.array([0.0, 0.0, np.nan, 2.0]), "s": ["a", "b", "c", "d"]}
+    assert changed_rows(4, new, old).tolist() == [False, True, False, True]
+    assert changed_rows(4, {"s": ["a", "x", "c", "d"]}, old).tolist() == [False, True, False, False]
+    assert changed_rows(4, {"x": [0.0] * 4}, old).all()  # list against array: all changed
+
+
+def _node(units: int) -> NodeState:
+    return NodeState(name="n", cpu_units=units, cpu_ids=tuple(range(units)))
