@@ -341,18 +341,14 @@ def tie_rank(table: IntentTable) -> np.ndarray:
     return rank
 
 
-def floors(
-    table: IntentTable, options: DmugOptions, capacity: int, skip: np.ndarray | None = None
-) -> np.ndarray:
+def floors(table: IntentTable, options: DmugOptions, capacity: int, skip: np.ndarray) -> np.ndarray:
     """Phase 0: what incumbents keep before anything is handed out.
 
     Elastic incumbents keep their minimum, non-elastic ones their previous units; if the node
     shrank below the sum, the lowest-ranked floors go (preemptible first). Rows in skip (light
     work) keep no floor.
     """
-    incumbent = table.prev_units > 0
-    if skip is not None:
-        incumbent &= ~skip
+    incumbent = (table.prev_units > 0) & ~skip
     fixed = ~table.elastic | (not options.elastic)
     held = np.clip(table.prev_units, table.min_units, np.maximum(table.cap, table.min_units))
     floor = np.where(fixed, held, table.min_units)
@@ -370,13 +366,12 @@ def offered_load(table: IntentTable) -> np.ndarray:
     return table.arrival * table.mean1 * table.inflation / 1000.0
 
 
-def light_work(table: IntentTable, config: DmugConfig) -> np.ndarray:
+def light_work(table: IntentTable, config: DmugConfig, load: np.ndarray) -> np.ndarray:
     """Deadline work too light to hold whole units: an offered load of at most
     config.light_load_cores (a rare urgent event, a heartbeat) and its deadline met at its
-    minimum. A unit each would idle nearly all the time and starve the work that needs it."""
-    candidate = (
-        table.has_deadline & (table.arrival > 0) & (offered_load(table) <= config.light_load_cores)
-    )
+    minimum (load: offered_load(table)). A unit each would idle nearly all the time and
+    starve the work that needs it."""
+    candidate = table.has_deadline & (table.arrival > 0) & (load <= config.light_load_cores)
     if not candidate.any():
         return candidate
     idx = np.flatnonzero(candidate)
@@ -402,10 +397,9 @@ def plan_units(
     table = build_table(state, options.use_predictor, memo)
     n = table.n
     capacity = max(int(state.node.cpu_units), 0)
-    light = light_work(table, state.config)
-    reserve = 0
-    if light.any():
-        reserve = min(int(np.floor(offered_load(table)[light].sum() + 0.5)), capacity)
+    load = offered_load(table)
+    light = light_work(table, state.config, load)
+    reserve = min(int(np.floor(load[light].sum() + 0.5)), capacity)
     idle_rows = idle_time_batch(table, options, state.node)
     units = floors(table, options, capacity - reserve, light | idle_rows)
     free = capacity - reserve - int(units.sum())

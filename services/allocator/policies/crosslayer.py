@@ -82,8 +82,7 @@ def cpu_sets(table: IntentTable, plan: UnitPlan, cpu_ids: tuple[int, ...], capac
         return sets, exclusive
     c = len(cpu_ids)
     running = plan.units > 0
-    shared_work = plan.shared if plan.shared.size == n else np.zeros(n, dtype=bool)
-    deadline_running = table.has_deadline & running & ~shared_work
+    deadline_running = table.has_deadline & running & ~plan.shared
     batch_running = bool((running & ~table.has_deadline).any())
     reserve = 1 if batch_running else 0
     order = plan.order[deadline_running[plan.order]]
@@ -219,9 +218,7 @@ _TEMPLATES = {
 }  # fmt: skip
 
 
-def reasons(
-    table: IntentTable, plan: UnitPlan, policy: str, light_load_cores: float = 0.0
-) -> list[str]:
+def reasons(table: IntentTable, plan: UnitPlan, policy: str, light_load_cores: float) -> list[str]:
     """One human-readable reason per intent, from the outcome code and the numbers behind it.
 
     Built one outcome group at a time, each group's strings by one %-template mapped over its
@@ -381,7 +378,7 @@ def decide(
         (plan.outcome == SHORT).any()
     )
     why = reasons(table, plan, policy, state.config.light_load_cores)
-    shared_work = plan.shared if plan.shared.size == n else np.zeros(n, dtype=bool)
+    shared_work = plan.shared
     extra = np.zeros(n, dtype=np.int64)
 
     nice_l: Column
