@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -81,10 +82,12 @@ def start_service(
     return Started(spec, proc, log_path)
 
 
-def wait_healthy(started: Started, timeout_s: float) -> bool:
+def wait_healthy(
+    started: Started, timeout_s: float, cancelled: Callable[[], bool] = lambda: False
+) -> bool:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if started.proc.poll() is not None:
+        if started.proc.poll() is not None or cancelled():
             return False
         if healthy(started.spec):
             return True
@@ -211,30 +214,45 @@ def up(args: argparse.Namespace) -> int:
                 pass
         _write_state(home, previous)
 
-    for spec in specs:
-        print(f"starting {spec.name:<10} ...", end=" ", flush=True)
-        s = start_service(spec, home, detach=args.detach)
-        started.append(s)
-        if not wait_healthy(s, args.timeout):
-            print("FAILED")
-            print(f"--- {s.log_path} (last lines) ---\n{_tail(s.log_path)}", file=sys.stderr)
-            stop_all()
-            return 1
-        print(f"ok  {service_url(spec):<24} pid {s.proc.pid}")
-        _write_state(home, {**previous, **{x.spec.name: x.proc.pid for x in started}})
-    _print_addresses(specs)
-    if args.detach:
-        print("running in the background; stop with `parfusion down` (or scripts/stop_demo.sh)")
-        return 0
-    print("press Ctrl-C to stop", flush=True)
     stopping = False
 
     def _signal(_sig: int, _frame: Any) -> None:
         nonlocal stopping
         stopping = True
 
+    # A flag, not KeyboardInterrupt: a Ctrl-C at any moment (mid-fork included) is a clean
+    # stop of whatever has started so far, never an exception thrown through Popen.
     signal.signal(signal.SIGINT, _signal)
     signal.signal(signal.SIGTERM, _signal)
+
+    def interrupted() -> int:
+        print("\ninterrupted; stopping ...", flush=True)
+        stop_all()
+        print("stopped")
+        return 130
+
+    for spec in specs:
+        if stopping:
+            return interrupted()
+        print(f"starting {spec.name:<10} ...", end=" ", flush=True)
+        s = start_service(spec, home, detach=args.detach)
+        started.append(s)
+        if not wait_healthy(s, args.timeout, cancelled=lambda: stopping):
+            if stopping:
+                return interrupted()
+            print("FAILED")
+            print(f"--- {s.log_path} (last lines) ---\n{_tail(s.log_path)}", file=sys.stderr)
+            stop_all()
+            return 1
+        print(f"ok  {service_url(spec):<24} pid {s.proc.pid}")
+        _write_state(home, {**previous, **{x.spec.name: x.proc.pid for x in started}})
+    if stopping:
+        return interrupted()
+    _print_addresses(specs)
+    if args.detach:
+        print("running in the background; stop with `parfusion down` (or scripts/stop_demo.sh)")
+        return 0
+    print("press Ctrl-C to stop", flush=True)
     try:
         while not stopping:
             for s in started:

@@ -27,6 +27,20 @@ def _tree(pid: int) -> list[psutil.Process]:
     return [proc, *proc.children(recursive=True)]
 
 
+def _foreground_up(home: Path) -> tuple[subprocess.Popen[str], dict[str, int]]:
+    env_overrides, ports = port_overrides()
+    env = {**os.environ, "PARFUSION_HOME": str(home), **env_overrides}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "parfusion.cli", "up", "--only", ",".join(NAMES)],
+        cwd=home,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    return proc, ports
+
+
 def test_detached_up_status_down_leaves_nothing(home: Path) -> None:
     stack = start_stack(home, NAMES)
     try:
@@ -54,16 +68,7 @@ def test_detached_up_status_down_leaves_nothing(home: Path) -> None:
 
 
 def test_foreground_ctrl_c_stops_every_service(home: Path) -> None:
-    env_overrides, ports = port_overrides()
-    env = {**os.environ, "PARFUSION_HOME": str(home), **env_overrides}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "parfusion.cli", "up", "--only", ",".join(NAMES)],
-        cwd=home,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    proc, ports = _foreground_up(home)
     lines: list[str] = []
     assert proc.stdout is not None
     deadline = time.monotonic() + 60
@@ -84,6 +89,22 @@ def test_foreground_ctrl_c_stops_every_service(home: Path) -> None:
     assert "stopped" in rest
     _, alive = psutil.wait_procs(children, timeout=5)
     assert not alive, f"orphans left: {alive}"
+
+
+def test_ctrl_c_while_starting_stops_what_started(home: Path) -> None:
+    proc, ports = _foreground_up(home)
+    assert proc.stdout is not None
+    first = proc.stdout.readline()  # "starting gpulane ... ok ..." once it is healthy
+    assert "ok" in first, first
+    children = psutil.Process(proc.pid).children(recursive=True)
+    assert children, "the first service should be running"
+    proc.send_signal(signal.SIGINT)  # while the second one starts
+    rest, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 130, rest
+    assert "stopped" in rest and "press Ctrl-C" not in rest
+    _, alive = psutil.wait_procs(children, timeout=5)
+    assert not alive, f"orphans left: {alive}"
+    assert not (home / "run" / "launcher.json").exists()  # nothing recorded as running
 
 
 def test_unknown_service_is_a_clear_error(home: Path) -> None:
