@@ -132,24 +132,32 @@ class Predictor:
     ) -> None:
         """Record one observed service time (ms) of `intent_id` running at `units` under latency
         factor `factor` (stored as service_ms / factor)."""
-        if not service_ms >= 0.0 or service_ms == float("inf"):
-            raise ValueError("service_ms must be a finite, non-negative number")
+        self.observe_many(intent_id, (service_ms,), units, factor)
+
+    def observe_many(
+        self, intent_id: str, samples: Iterable[float], units: int = 1, factor: float = 1.0
+    ) -> None:
+        """``observe`` for each sample in turn (a bad sample raises; those before it are kept),
+        with the factor checked and the regime looked up once per call."""
         if not 0.0 < factor < float("inf"):
             raise ValueError("factor must be a finite, positive number")
-        units = max(int(units), 1)
+        regime: _Regime | None = None
+        for x in samples:
+            if not x >= 0.0 or x == float("inf"):
+                raise ValueError("service_ms must be a finite, non-negative number")
+            if regime is None:
+                regime = self._regime(intent_id, max(int(units), 1))
+            regime.add(float(x) / factor)
+
+    def _regime(self, intent_id: str, units: int) -> _Regime:
+        """The intent's current regime at `units` (a change of units starts a new one)."""
         cur = self._current.get(intent_id)
         if cur is None or cur.units != units:
             if cur is not None and cur.count >= MIN_SAMPLES:
                 self._previous[intent_id] = cur
             cur = _Regime(units=units, alpha=self.alpha)
             self._current[intent_id] = cur
-        cur.add(float(service_ms) / factor)
-
-    def observe_many(
-        self, intent_id: str, samples: Iterable[float], units: int = 1, factor: float = 1.0
-    ) -> None:
-        for x in samples:
-            self.observe(intent_id, x, units, factor)
+        return cur
 
     def stats(self, intent_id: str) -> ServiceStats | None:
         cur = self._current.get(intent_id)

@@ -89,6 +89,17 @@ def test_snapshot_forget_and_bad_input():
         with pytest.raises(ValueError):
             p.observe("b", bad)
     with pytest.raises(ValueError):
+        p.observe("b", 1.0, factor=0.0)
+    assert p.stats("b") is not None and p.stats("b").count == 1  # nothing bad was stored
+    # a batch stops at its first bad sample: the ones before it count, nothing after it
+    with pytest.raises(ValueError):
+        p.observe_many("b", [3.0, 4.0, float("nan"), 5.0], units=2)
+    kept = p.stats("b")
+    assert kept.count == 2 and kept.observed_units == 2 and kept.mean_ms == pytest.approx(3.2)
+    p.observe_many("b", [6.0, 7.0, 8.0], units=2)
+    stats = p.stats("b")
+    assert stats.count == 5 and stats.observed_units == 2 and stats.mean_ms > 3.0
+    with pytest.raises(ValueError):
         Predictor(alpha=0.0)
     with pytest.raises(ValueError):
         P2Quantile(1.0)
