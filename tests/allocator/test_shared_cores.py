@@ -94,3 +94,23 @@ def test_idle_time_slots_are_the_cores_batch_units_do_not_fill():
     assert d["etl"].units == 0
     assert d["etl"].pool_size == 4 - d["batch"].units
     assert sum(x.units for x in d.values()) <= 4
+
+
+def test_light_work_keeps_its_since_tick_while_nothing_changes():
+    policy = get_policy("parfusion")
+    state = PlanInput(intents=[urgent(), online(), batch()], node=NODE, tick=3)
+    first = policy.allocate(state).by_id()
+    assert first["urgent"].units == 0 and first["urgent"].since_tick == 3
+    for tick in (4, 5):
+        later = policy.allocate(
+            PlanInput(intents=state.intents, node=NODE, previous=first, tick=tick)
+        )
+        # units held stayed 0: the tick they last changed stays the first one (not "every tick")
+        assert later.by_id()["urgent"].since_tick == 3
+        assert later.by_id()["online"].since_tick == 3
+        assert (
+            later.decisions
+            == policy.allocate(
+                PlanInput(intents=state.intents, node=NODE, previous=first, tick=tick)
+            ).decisions
+        )

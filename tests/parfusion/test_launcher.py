@@ -92,7 +92,7 @@ def test_foreground_ctrl_c_stops_every_service(home: Path) -> None:
 
 
 def test_ctrl_c_while_starting_stops_what_started(home: Path) -> None:
-    proc, ports = _foreground_up(home)
+    proc, _ = _foreground_up(home)
     assert proc.stdout is not None
     first = proc.stdout.readline()  # "starting gpulane ... ok ..." once it is healthy
     assert "ok" in first, first

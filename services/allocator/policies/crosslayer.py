@@ -442,12 +442,12 @@ def decide(
         lane_of, gidx, share_l = [""] * n, [()] * n, np.zeros(n)
         prio_l, conc = [0] * n, [0] * n
 
-    same = table.has_prev & (table.prev_units == units)
+    held = np.where(shared_work, 0, units)  # what Decision.units records (light work: none)
+    same = table.has_prev & (table.prev_units == held)
     since = np.where(same, table.prev_since, state.tick)
     same_level = table.has_prev & (table.prev_level == plan.level)
     level_since = np.where(same_level, table.prev_level_since, state.tick)
     level_names = _LEVEL_NAMES[plan.level].tolist()
-    held = np.where(shared_work, 0, units)
     decisions = reuse_or_build(
         n,
         table.previous,
