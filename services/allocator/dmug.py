@@ -255,7 +255,7 @@ def marginal_phase_fast(table: IntentTable, phase: MarginalPhase) -> np.ndarray:
     """
     n = len(phase.rows)
     room = phase.room(table)
-    live = np.flatnonzero(room > 0)
+    live = (room > 0).nonzero()[0]
     if phase.budget <= 0 or live.size == 0:
         return np.zeros(n, dtype=np.int64)
     shaped = phase.shaped(table, live)
@@ -350,7 +350,9 @@ def floors(table: IntentTable, options: DmugOptions, capacity: int, skip: np.nda
     """
     incumbent = (table.prev_units > 0) & ~skip
     fixed = ~table.elastic | (not options.elastic)
-    held = np.clip(table.prev_units, table.min_units, np.maximum(table.cap, table.min_units))
+    held = np.minimum(
+        np.maximum(table.prev_units, table.min_units), np.maximum(table.cap, table.min_units)
+    )
     floor = np.where(fixed, held, table.min_units)
     floor = np.where(incumbent, np.maximum(floor, 0), 0).astype(np.int64)
     if floor.sum() > capacity:
@@ -374,7 +376,7 @@ def light_work(table: IntentTable, config: DmugConfig, load: np.ndarray) -> np.n
     candidate = table.has_deadline & (table.arrival > 0) & (load <= config.light_load_cores)
     if not candidate.any():
         return candidate
-    idx = np.flatnonzero(candidate)
+    idx = candidate.nonzero()[0]
     meets = table.latency(idx, table.min_units[idx], 0) <= table.deadline[idx]
     candidate[idx[~meets]] = False
     return candidate
@@ -414,7 +416,7 @@ def plan_units(
     table.cap = cap  # the phases below see fixed intents as capped at what they hold
 
     # Phase 1: deadline phase
-    dl = np.flatnonzero(table.has_deadline & ~fixed & ~light)
+    dl = (table.has_deadline & ~fixed & ~light).nonzero()[0]
     if dl.size:
         p_need, meets = units_to_meet(table, dl, 0)
         lvl = np.zeros(dl.size, dtype=np.int64)
@@ -423,7 +425,7 @@ def plan_units(
                 walk = ~meets & (table.cls[dl] == ONLINE) & table.ladder[dl, level_i]
                 if walk.any():
                     p2, m2 = units_to_meet(table, dl[walk], level_i)
-                    idx = np.flatnonzero(walk)
+                    idx = walk.nonzero()[0]
                     p_need[idx] = np.where(m2, p2, p_need[idx])
                     lvl[idx] = level_i  # deepest allowed level tried so far (best effort)
                     meets[idx] = m2
@@ -455,7 +457,7 @@ def plan_units(
 
     # Phase 2: admission of everything else at its minimum
     rank = tie_rank(table)
-    rest = np.flatnonzero(~table.has_deadline & (units == 0) & (preempted == 0) & ~idle_rows)
+    rest = (~table.has_deadline & (units == 0) & (preempted == 0) & ~idle_rows).nonzero()[0]
     if rest.size:
         rest = rest[np.argsort(rank[rest], kind="stable")]
         ask = table.min_units[rest]
@@ -487,7 +489,7 @@ def plan_units(
                     free -= give
 
     # Phase 3: leftover units
-    running = np.flatnonzero((units > 0) & (preempted == 0) & (units < cap))
+    running = ((units > 0) & (preempted == 0) & (units < cap)).nonzero()[0]
     if free > 0 and running.size:
         if options.marginal_phase:
             phase = MarginalPhase(
@@ -537,7 +539,7 @@ def _hold_levels(table, dl, lvl, p_need, meets, code, tick: int, config: DmugCon
     prev = table.prev_level[dl]
     allowed = table.ladder[dl]
     prev = np.where(allowed[np.arange(dl.size), prev], prev, 0)
-    lighter = np.flatnonzero(meets & (prev > lvl) & (table.cls[dl] == ONLINE))
+    lighter = (meets & (prev > lvl) & (table.cls[dl] == ONLINE)).nonzero()[0]
     if lighter.size == 0:
         return
     dwelt = (tick - table.prev_level_since[dl[lighter]]) >= config.hysteresis_dwell_ticks
@@ -549,13 +551,13 @@ def _hold_levels(table, dl, lvl, p_need, meets, code, tick: int, config: DmugCon
     hold = prev[lighter].copy()
     hold_need = p_need[lighter].copy()
     for level_i in (0, 1, 2):
-        sel = np.flatnonzero(hold == level_i)
+        sel = (hold == level_i).nonzero()[0]
         if sel.size:
             hold_need[sel], _ = units_to_meet(table, dl[lighter[sel]], level_i)
     take = np.zeros(lighter.size, dtype=bool)
     take_need = hold_need.copy()
     for level_i in (0, 1):
-        sel = np.flatnonzero(dwelt & (step == level_i))
+        sel = (dwelt & (step == level_i)).nonzero()[0]
         if sel.size:
             p, m = units_to_meet(table, dl[lighter[sel]], level_i, 1.0 - LEVEL_MARGIN)
             take[sel] = m
@@ -600,7 +602,7 @@ def assess(
     st[late | (units == 0)] = THROTTLED
     st[preempted > 0] = PREEMPTED
     nxt = np.zeros(n)
-    more = np.flatnonzero((units > 0) & (units < table.cap))
+    more = ((units > 0) & (units < table.cap)).nonzero()[0]
     if more.size:
         kk = np.zeros(1, np.int64)
         nxt[more] = marginal_gains(table, more, units[more], level[more], kk)[:, 0]
@@ -612,7 +614,7 @@ def assess(
         need=zeros if need is None else need,
         preempted_units=preempted,
         preempted_by=np.full(n, -1, np.int64) if preempted_by is None else preempted_by,
-        order=np.flatnonzero(table.has_deadline) if order is None else order,
+        order=table.has_deadline.nonzero()[0] if order is None else order,
         free_at_ask=zeros if free_at_ask is None else free_at_ask,
         predicted_p99_ms=p99,
         slack_ms=slack,

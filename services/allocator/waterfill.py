@@ -32,7 +32,7 @@ def select_increments(
     positive = gains > 0
     if budget <= 0 or not positive.any():
         return chosen
-    pos_idx = np.flatnonzero(positive)
+    pos_idx = positive.nonzero()[0]
     if pos_idx.size <= budget:
         chosen[pos_idx] = True
         return chosen

@@ -66,6 +66,11 @@ class Knobs:
     gpu_intent: bool = True  # GPU lane, share, stream priority, concurrency
 
 
+def _clip(a: np.ndarray, lo: float, hi: float) -> np.ndarray:
+    """np.clip's result without its per-call overhead (a few microseconds at 100 rows)."""
+    return np.minimum(np.maximum(a, lo), hi)
+
+
 def cpu_sets(table: IntentTable, plan: UnitPlan, cpu_ids: tuple[int, ...], capacity: int):
     """CPU sets per intent and whether each one has its cores to itself (but for idle time).
 
@@ -88,7 +93,7 @@ def cpu_sets(table: IntentTable, plan: UnitPlan, cpu_ids: tuple[int, ...], capac
     order = plan.order[deadline_running[plan.order]]
     unordered = np.ones(n, dtype=bool)
     unordered[order] = False
-    ordered = np.concatenate((order, np.flatnonzero(deadline_running & unordered)))
+    ordered = np.concatenate((order, (deadline_running & unordered).nonzero()[0]))
     units = plan.units[ordered].tolist()
     pos, room = 0, c - reserve
     for i, u in zip(ordered.tolist(), units, strict=True):
@@ -101,7 +106,7 @@ def cpu_sets(table: IntentTable, plan: UnitPlan, cpu_ids: tuple[int, ...], capac
         exclusive[i] = True
         pos += k
     shared = cpu_ids[pos:] or cpu_ids
-    for i in np.flatnonzero(running & ~exclusive).tolist():
+    for i in (running & ~exclusive).nonzero()[0].tolist():
         sets[i] = shared
     return sets, exclusive
 
@@ -120,7 +125,7 @@ def idle_workers(
         return extra
     batch = ~table.has_deadline
     slots = len(cpu_ids) - int(plan.units[batch].sum())
-    eligible = np.flatnonzero(batch & table.preemptible & table.elastic & (plan.units < table.cap))
+    eligible = (batch & table.preemptible & table.elastic & (plan.units < table.cap)).nonzero()[0]
     if slots <= 0 or eligible.size == 0:
         return extra
     for i in eligible[np.argsort(rank[eligible], kind="stable")].tolist():
@@ -149,7 +154,7 @@ def gpu_shares(
     left = {name: float(lane.share_units) for name, lane in available.items()}
     if running is None:
         running = plan.units > 0
-    users = np.flatnonzero(table.uses_gpu & running)
+    users = (table.uses_gpu & running).nonzero()[0]
     in_order = plan.order[table.uses_gpu[plan.order] & running[plan.order]].tolist()
     rest = [i for i in users[np.argsort(rank[users], kind="stable")].tolist()]
     seen = set(in_order)
@@ -218,43 +223,52 @@ _TEMPLATES = {
 }  # fmt: skip
 
 
+_REASON_CODES = range(-2, 11)  # every code a reason can have: -2, -1 and the outcome codes
+
+
 def reasons(table: IntentTable, plan: UnitPlan, policy: str, light_load_cores: float) -> list[str]:
     """One human-readable reason per intent, from the outcome code and the numbers behind it.
 
-    Built one outcome group at a time, each group's strings by one %-template mapped over its
-    columns (C-level formatting), scattered back by index: at 10,000 intents the formatting is
-    a visible part of the tick.
+    Built one outcome group at a time (the groups are slices of one stable sort by code), each
+    group's strings by one %-template mapped over its columns (C-level formatting), scattered
+    back by index; a group's columns are gathered only when the group has rows. At 10,000
+    intents the formatting is a visible part of the tick, at 100 the per-group numpy calls are.
     """
     n = table.n
     out = np.empty(n, dtype=object)
     units, need, lvl = plan.units, plan.need, plan.level
     lost = plan.preempted_units
     outcome = np.where(lost > 0, WAS_PREEMPTED, plan.outcome)
-    outcome = np.where((outcome == BATCH_ADMITTED) & (units == 0), NOT_ADMITTED, outcome)
-    outcome = np.where((outcome == IDLE_TIME) & (units > 0), BATCH_ADMITTED, outcome)
-    outcome = np.where((outcome == BATCH_ADMITTED) & table.has_deadline, -1, outcome)
-    outcome = np.where((outcome == MET) & (units > need), -2, outcome)
-    present = np.unique(outcome).tolist()
-    names = np.array(DEGRADATION_ORDER, dtype=object)
+    outcome[(outcome == BATCH_ADMITTED) & (units == 0)] = NOT_ADMITTED
+    outcome[(outcome == IDLE_TIME) & (units > 0)] = BATCH_ADMITTED
+    outcome[(outcome == BATCH_ADMITTED) & table.has_deadline] = -1
+    outcome[(outcome == MET) & (units > need)] = -2
+    shifted = outcome - _REASON_CODES.start
+    counts = np.bincount(shifted, minlength=len(_REASON_CODES)).tolist()
+    by_code = np.argsort(shifted, kind="stable")  # each group's rows in ascending order
     p99, d, cap = plan.predicted_p99_ms, table.deadline, table.cap
-    policy_col = np.full(n, policy, dtype=object)
-    light_col = np.full(n, light_load_cores)
-    columns = {
+    level = _LEVEL_NAMES[lvl]
+    # per code, the template's arguments: columns (gathered at the group's rows) or constants
+    arguments = {
         MET: (need, d, p99),
         -2: (need, d, p99, units - need),
-        MET_DEGRADED: (names[lvl], d, cap, units, names[lvl], p99),
-        HELD_DEGRADED: (names[lvl], d, units, p99),
-        UNREACHABLE: (d, cap, names[lvl], units, p99),
+        MET_DEGRADED: (level, d, cap, units, level, p99),
+        HELD_DEGRADED: (level, d, units, p99),
+        UNREACHABLE: (d, cap, level, units, p99),
         SHORT: (need, d, plan.free_at_ask, units),
         NOT_ADMITTED: (table.min_units, plan.free_at_ask),
-        FIXED: (policy_col, units),
-        IDLE_TIME: (policy_col,),
-        SHARED: (offered_load(table), light_col, units, p99, d),
-        -1: (policy_col, units, p99, d),
-        BATCH_ADMITTED: (policy_col, units, plan.nmu),
+        FIXED: (policy, units),
+        IDLE_TIME: (policy,),
+        SHARED: (offered_load(table), light_load_cores, units, p99, d),
+        -1: (policy, units, p99, d),
+        BATCH_ADMITTED: (policy, units, plan.nmu),
     }
-    for code in present:
-        idx = np.flatnonzero(outcome == code)
+    at = 0
+    for code, count in zip(_REASON_CODES, counts, strict=True):
+        if not count:
+            continue
+        idx = by_code[at : at + count]
+        at += count
         if code == WAS_PREEMPTED:
             spec_names = [sp.name for sp in table.specs]
             out[idx] = [
@@ -264,7 +278,9 @@ def reasons(table: IntentTable, plan: UnitPlan, policy: str, light_load_cores: f
                 )
             ]
             continue
-        cols = [c[idx].tolist() for c in columns[code]]
+        cols = [
+            a[idx].tolist() if isinstance(a, np.ndarray) else [a] * count for a in arguments[code]
+        ]
         out[idx] = list(map(_TEMPLATES[code].__mod__, zip(*cols, strict=True)))
     return out.tolist()
 
@@ -341,7 +357,7 @@ def reuse_or_build(
     (an equal result, without 23 field writes per unchanged intent). Remembers the result."""
     last = memo.last if memo is not None else None
     if previous is not None and last is not None and last.built(previous):
-        rows = np.flatnonzero(changed_rows(n, columns, last.columns))
+        rows = (changed_rows(n, columns, last.columns)).nonzero()[0]
         built = build_decisions(rows.size, **{k: _rows_of(c, rows) for k, c in columns.items()})
         kept = list(previous)
         for i, decision in zip(rows.tolist(), built, strict=True):
@@ -385,32 +401,33 @@ def decide(
     weight_l: Column
     if knobs.cross_layer:
         sets, exclusive = cpu_sets(table, plan, tuple(node.cpu_ids), capacity)
-        squeezed = np.flatnonzero(deadline & running & ~exclusive & ~shared_work)
+        squeezed = (deadline & running & ~exclusive & ~shared_work).nonzero()[0]
         for i in squeezed.tolist():
             why[i] += f"; shares {len(sets[i])} cpus with other work (no dedicated core left)"
-        batch_nice = np.rint(19 - 9 * np.clip(table.weight * 1001 - 1, 0, 1000) / 1000).astype(int)
+        batch_nice = np.rint(19 - 9 * _clip(table.weight * 1001 - 1, 0, 1000) / 1000).astype(int)
         nice = np.where(deadline, 0, np.where(at_risk, 19, batch_nice))
         sched_names = np.array(("idle" if at_risk else "batch", "other"), dtype=object)
         sched = sched_names[deadline.astype(np.int64)]
         weight = np.where(
             deadline,
-            np.clip(200 * units, 100, 10_000),
-            1 if at_risk else np.clip(np.rint(100 * units * table.weight), 1, 10_000),
+            _clip(200 * units, 100, 10_000),
+            1 if at_risk else _clip(np.rint(100 * units * table.weight), 1, 10_000),
         ).astype(int)
         c = len(node.cpu_ids) or capacity
         quota = np.maximum(np.rint(units * c / max(capacity, 1) * CPU_PERIOD_US), MIN_CPU_QUOTA_US)
-        distinct, which = np.unique(quota.astype(np.int64), return_inverse=True)
-        texts = np.array([f"{q} {CPU_PERIOD_US}" for q in distinct.tolist()] + ["max"], object)
+        quotas = quota.astype(np.int64).tolist()
+        text = {q: f"{q} {CPU_PERIOD_US}" for q in dict.fromkeys(quotas)}  # one per distinct quota
         arena = tuple(node.cpu_ids)
         extra = idle_workers(table, plan, arena, rank)
         scavenging = extra > 0
         nice = np.where(scavenging, 19, nice)
         sched = np.where(scavenging, "idle", sched)
         weight = np.where(scavenging, 1, weight)
-        plain = which.reshape(n)
-        cpu_max = texts[np.where((deadline & running) | scavenging, distinct.size, plain)].tolist()
+        cpu_max = list(map(text.__getitem__, quotas))
+        for i in (((deadline & running) | scavenging).nonzero()[0]).tolist():
+            cpu_max[i] = "max"
         nice_l, sched_l, weight_l = nice, sched.tolist(), weight
-        for i in np.flatnonzero(scavenging).tolist():
+        for i in scavenging.nonzero()[0].tolist():
             sets[i] = arena
             why[i] += (
                 f"; +{int(extra[i])} idle-time workers on cpus {format_cpuset(arena)} "
@@ -429,10 +446,10 @@ def decide(
         gidx = [indexes.get(name, ()) if name else () for name in lane_of]
         prio = np.where(deadline, 1, -1 if at_risk else 0)
         hint = np.fromiter(map(_HINT, table.specs), np.int64, n)
-        prio = np.clip(np.where(deadline, prio, np.minimum(prio, hint)), -1, 1)
+        prio = _clip(np.where(deadline, prio, np.minimum(prio, hint)), -1, 1)
         has_lane = np.fromiter(map(bool, lane_of), bool, n)
         asked = np.fromiter(map(_CONCURRENCY, table.specs), np.int64, n)
-        default = np.clip(units + extra, 1, DEFAULT_GPU_CONCURRENCY_CAP)
+        default = _clip(units + extra, 1, DEFAULT_GPU_CONCURRENCY_CAP)
         conc = np.where(has_lane, np.where(asked > 0, asked, default), 0)
         prio_l = np.where(has_lane, prio, 0)
         share_l = share
