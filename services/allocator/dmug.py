@@ -65,6 +65,7 @@ from services.allocator.waterfill import iron_rows, select_increments, select_in
 IRON_WIDTH = 32  # increments of an S-shaped row that are ironed (the rest keep a running min)
 WHOLE_ROWS_CELLS = 1 << 18  # marginal phase: rows x increments evaluated in one block at most
 DWELL_BONUS = 1e6  # marginal utility added to units held during the dwell window
+_AT_AND_BELOW = np.array([[0], [1]])  # p - this: the rows p and p - 1
 
 # UnitPlan.state codes (index into STATE_NAMES)
 ADMITTED, THROTTLED, DEGRADED, PREEMPTED = 0, 1, 2, 3
@@ -123,14 +124,14 @@ def units_to_meet(
     p = np.minimum(np.maximum(np.ceil(np.minimum(p_real, 1e12)), lo), np.maximum(hi, lo))
     p = np.where(f <= 0.0, lo, p)  # no parallel part: every p has the latency of the minimum
     p = p.astype(np.int64)
-    lat = r.latency(p, lf)
+    lat, below = r.latency(p - _AT_AND_BELOW, lf)  # L(p) and L(p - 1), in one evaluation
     for _ in range(2):
         late = (lat > r.deadline) & (p < hi)
         if not late.any():
             break
         p = p + late
-        lat = r.latency(p, lf)
-    early = (p > lo) & (r.latency(p - 1, lf) <= r.deadline)
+        lat, below = r.latency(p - _AT_AND_BELOW, lf)
+    early = (p > lo) & (below <= r.deadline)
     p = p - early
     meets = (early | (lat <= r.deadline)) & (p <= hi)
     return p, meets
@@ -141,8 +142,8 @@ def units_to_meet(
 
 
 def marginal_gains(table: IntentTable, rows: np.ndarray, start: np.ndarray, level: np.ndarray, kk):
-    """NMU of unit start+k+1 for each row and offset k in kk ((len(rows), width) or (width,),
-    consecutive offsets per row).
+    """NMU of unit start+k+1 for each row and offset k in kk ((len(rows), width), or (1, width)
+    / (width,) for the same offsets in every row; consecutive offsets per row).
 
     Deadline work: w * (risk(p) - risk(p+1)), priority-weighted risk reduction; batch:
     w * (S(p+1) - S(p)) / S(cap), weighted normalised throughput. Past the cap: -inf.
@@ -271,7 +272,7 @@ def marginal_phase_fast(table: IntentTable, phase: MarginalPhase) -> np.ndarray:
     blocks_k: list[np.ndarray] = []
     if shaped.any():  # S-shaped rows need their first IRON_WIDTH increments in one block
         width = max(width, int(min(room[live[shaped]].max(), IRON_WIDTH)))
-    kk = np.broadcast_to(np.arange(width), (live.size, width))
+    kk = np.arange(width)[None, :]  # the same offsets for every row (broadcast)
     g = marginal_gains(table, phase.rows[live], phase.start[live], phase.level[live], kk)
     if shaped.any():
         iw = min(width, IRON_WIDTH)
@@ -279,7 +280,7 @@ def marginal_phase_fast(table: IntentTable, phase: MarginalPhase) -> np.ndarray:
     g, carry[live] = phase.finish(table, live, kk, g, carry[live])
     blocks_g.append(g.ravel())
     blocks_r.append(np.repeat(live, width))
-    blocks_k.append(kk.ravel())
+    blocks_k.append(np.arange(live.size * width) % width)
     widths[live] = width
     while True:
         if len(blocks_g) == 1:

@@ -107,7 +107,7 @@ def read_spec_columns(specs: Sequence[IntentSpec]) -> SpecColumns:
     )
 
 
-Column = np.ndarray | list[Any]
+Column = np.ndarray | Sequence[Any]
 
 
 @dataclass(frozen=True)
@@ -135,18 +135,24 @@ class LastDecisions:
 
 def changed_rows(n: int, new: Mapping[str, Column], old: Mapping[str, Column]) -> np.ndarray:
     """Rows where some field differs. Arrays of the same dtype compare element for element (floats
-    by their bits, so -0.0 and 0.0 differ and NaN equals itself); lists by ``!=``, which is exact
+    by their bits, so -0.0 and 0.0 differ and NaN equals itself); lists and tuples by ``!=``, exact
     for the str / tuple-of-int / int values Decisions hold; anything else counts as changed."""
     changed = np.zeros(n, dtype=bool)
     for name, column in new.items():
         before = old.get(name)
+        if column is before:
+            continue  # the very same column object (the ids while the specs are the same)
         if isinstance(column, np.ndarray) and isinstance(before, np.ndarray):
             if column.dtype != before.dtype or column.shape != before.shape:
                 return np.ones(n, dtype=bool)
             if column.dtype.kind == "f":
                 column, before = column.view(np.int64), before.view(np.int64)
             changed |= column != before
-        elif isinstance(column, list) and isinstance(before, list) and len(before) == n:
+        elif (
+            isinstance(column, list | tuple)
+            and isinstance(before, list | tuple)
+            and len(before) == n
+        ):
             changed |= np.fromiter(map(operator.ne, column, before), bool, n)
         else:
             return np.ones(n, dtype=bool)

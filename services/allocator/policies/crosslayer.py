@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import repeat
 from operator import attrgetter
@@ -335,7 +336,7 @@ def build_decisions(n: int, **columns: Column) -> tuple[Decision, ...]:
     return objs  # type: ignore[return-value]
 
 
-def _as_list(column: Column) -> list:
+def _as_list(column: Column) -> Sequence[Any]:
     return column.tolist() if isinstance(column, np.ndarray) else column
 
 
@@ -357,12 +358,15 @@ def reuse_or_build(
     (an equal result, without 23 field writes per unchanged intent). Remembers the result."""
     last = memo.last if memo is not None else None
     if previous is not None and last is not None and last.built(previous):
-        rows = (changed_rows(n, columns, last.columns)).nonzero()[0]
-        built = build_decisions(rows.size, **{k: _rows_of(c, rows) for k, c in columns.items()})
-        kept = list(previous)
-        for i, decision in zip(rows.tolist(), built, strict=True):
-            kept[i] = decision
-        decisions = tuple(kept)
+        rows = changed_rows(n, columns, last.columns).nonzero()[0]
+        if rows.size == 0:
+            decisions = tuple(previous)
+        else:
+            built = build_decisions(rows.size, **{k: _rows_of(c, rows) for k, c in columns.items()})
+            kept = list(previous)
+            for i, decision in zip(rows.tolist(), built, strict=True):
+                kept[i] = decision
+            decisions = tuple(kept)
     else:
         decisions = build_decisions(n, **columns)
     if memo is not None:
@@ -424,15 +428,17 @@ def decide(
         sched = np.where(scavenging, "idle", sched)
         weight = np.where(scavenging, 1, weight)
         cpu_max = list(map(text.__getitem__, quotas))
-        for i in (((deadline & running) | scavenging).nonzero()[0]).tolist():
+        for i in ((deadline & running) | scavenging).nonzero()[0].tolist():
             cpu_max[i] = "max"
         nice_l, sched_l, weight_l = nice, sched.tolist(), weight
-        for i in scavenging.nonzero()[0].tolist():
-            sets[i] = arena
-            why[i] += (
-                f"; +{int(extra[i])} idle-time workers on cpus {format_cpuset(arena)} "
-                "(SCHED_IDLE, nice 19: only cycles other work leaves)"
-            )
+        scavengers = scavenging.nonzero()[0].tolist()
+        if scavengers:
+            where = f"idle-time workers on cpus {format_cpuset(arena)}"
+            for i in scavengers:
+                sets[i] = arena
+                why[i] += (
+                    f"; +{int(extra[i])} {where} (SCHED_IDLE, nice 19: only cycles other work leaves)"
+                )
     else:
         sets = [()] * n
         nice_l, sched_l, weight_l, cpu_max = [0] * n, ["other"] * n, [100] * n, ["max"] * n
@@ -470,7 +476,7 @@ def decide(
         table.previous,
         memo,
         plan.level,
-        intent_id=list(table.ids),
+        intent_id=table.ids,
         units=held,
         degradation=level_names,
         predicted_p99_ms=plan.predicted_p99_ms,
