@@ -9,7 +9,9 @@ so object identity is a safe key:
 * ``LastDecisions``: the Decision objects the policy built last tick and the field columns they
   were built from. When ``previous`` holds exactly those objects, a row whose new fields are all
   equal to last tick's (floats compared bit for bit) keeps its Decision object, and only the
-  changed rows are built.
+  changed rows are built;
+* ``LastReasons``: last tick's reason texts and every column their templates read; a row whose
+  inputs are all equal (bit for bit) keeps its text, and only changed rows are formatted.
 
 Nothing here changes a result: a hit gives the same columns / an equal Decision as a miss. The
 memo lives on the policy instance (one per allocator loop, experiment run or preview), never in
@@ -159,12 +161,31 @@ def changed_rows(n: int, new: Mapping[str, Column], old: Mapping[str, Column]) -
     return changed
 
 
+@dataclass(frozen=True)
+class LastReasons:
+    """The reason texts one tick formatted and the columns they were formatted from."""
+
+    inputs: Mapping[str, Column]  # every column a reason template reads, one value per row
+    texts: tuple[str, ...]
+    constants: tuple[Any, ...]  # what every row's text reads besides its columns (policy, ...)
+
+    def changed(
+        self, n: int, inputs: Mapping[str, Column], constants: tuple[Any, ...]
+    ) -> np.ndarray | None:
+        """Rows whose text must be formatted again (some input differs, bit for bit), or None
+        when no row's text can be kept (another table size or other constants)."""
+        if constants != self.constants or len(self.texts) != n:
+            return None
+        return changed_rows(n, inputs, self.inputs)
+
+
 @dataclass
 class TickMemo:
     """One policy instance's memory of its last tick (see the module docstring)."""
 
     spec_columns: SpecColumns | None = None
     last: LastDecisions | None = field(default=None, repr=False)
+    reasons: LastReasons | None = field(default=None, repr=False)
 
     def columns_for(self, specs: Sequence[IntentSpec]) -> SpecColumns:
         cached = self.spec_columns

@@ -119,6 +119,26 @@ def test_unchanged_rows_keep_their_decision_objects():
     assert all(a is b for a, b in zip(r3.decisions, r2.decisions, strict=True))
 
 
+def test_only_rows_whose_inputs_changed_are_formatted_again():
+    specs = tuple(
+        IntentSpec(id=f"i{k}", name=f"w{k}", workload_class=cls, deadline_ms=dl, min_units=2,
+                   max_units=5, base_service_ms=20.0, seq=k)
+        for k, (cls, dl) in enumerate([("ONLINE", 40.0), ("BATCH", 0.0), ("ROBOT", 30.0)])
+    )  # fmt: skip
+    kept = get_policy("parfusion")
+    r1 = kept.allocate(PlanInput(intents=specs, node=_node(12), tick=1))
+    assert kept.memo.reasons is not None
+    texts = kept.memo.reasons.texts
+    # the robot's observed service time moves its predicted p99: its text alone is formatted
+    stats = {"i2": ServiceStats(mean_ms=9.0, p95_ms=11.0, p99_ms=12.0, count=50)}
+    state = PlanInput(intents=specs, node=_node(12), stats=stats, previous=r1.by_id(), tick=2)
+    r2 = kept.allocate(state)
+    again = kept.memo.reasons.texts
+    assert again[0] is texts[0] and again[1] is texts[1]  # kept, not formatted again
+    assert again[2] is not texts[2] and again[2] != texts[2]
+    assert r2 == get_policy("parfusion").allocate(state)
+
+
 def test_changed_spec_object_rereads_columns():
     a = IntentSpec(id="a", name="a", workload_class="BATCH", min_units=1)
     memo = TickMemo()

@@ -41,7 +41,7 @@ from services.allocator.dmug import (
     cpu_pressure,
     offered_load,
 )
-from services.allocator.memo import Column, LastDecisions, TickMemo, changed_rows
+from services.allocator.memo import Column, LastDecisions, LastReasons, TickMemo, changed_rows
 from services.allocator.model import (
     DEGRADATION_ORDER,
     Decision,
@@ -227,16 +227,22 @@ _TEMPLATES = {
 _REASON_CODES = range(-2, 11)  # every code a reason can have: -2, -1 and the outcome codes
 
 
-def reasons(table: IntentTable, plan: UnitPlan, policy: str, light_load_cores: float) -> list[str]:
+def reasons(
+    table: IntentTable,
+    plan: UnitPlan,
+    policy: str,
+    light_load_cores: float,
+    memo: TickMemo | None = None,
+) -> list[str]:
     """One human-readable reason per intent, from the outcome code and the numbers behind it.
 
     Built one outcome group at a time (the groups are slices of one stable sort by code), each
     group's strings by one %-template mapped over its columns (C-level formatting), scattered
-    back by index; a group's columns are gathered only when the group has rows. At 10,000
-    intents the formatting is a visible part of the tick, at 100 the per-group numpy calls are.
+    back by index. With `memo`, a row whose template inputs all equal last tick's keeps last
+    tick's text and only the other rows are formatted: at 10,000 intents the formatting is a
+    visible part of the tick.
     """
     n = table.n
-    out = np.empty(n, dtype=object)
     units, need, lvl = plan.units, plan.need, plan.level
     lost = plan.preempted_units
     outcome = np.where(lost > 0, WAS_PREEMPTED, plan.outcome)
@@ -244,10 +250,25 @@ def reasons(table: IntentTable, plan: UnitPlan, policy: str, light_load_cores: f
     outcome[(outcome == IDLE_TIME) & (units > 0)] = BATCH_ADMITTED
     outcome[(outcome == BATCH_ADMITTED) & table.has_deadline] = -1
     outcome[(outcome == MET) & (units > need)] = -2
-    shifted = outcome - _REASON_CODES.start
+    p99, d, cap, load = plan.predicted_p99_ms, table.deadline, table.cap, offered_load(table)
+    inputs = {
+        "outcome": outcome, "units": units, "need": need, "level": lvl, "p99": p99,
+        "deadline": d, "cap": cap, "free_at_ask": plan.free_at_ask, "min_units": table.min_units,
+        "nmu": plan.nmu, "load": load,
+    }  # fmt: skip
+    constants = (policy, light_load_cores)
+    last = memo.reasons if memo is not None else None
+    changed = last.changed(n, inputs, constants) if last is not None else None
+    if last is None or changed is None:
+        texts = np.empty(n, dtype=object)
+        rows = np.arange(n)
+    else:
+        texts = np.array(last.texts, dtype=object)
+        # preempted rows name their preemptor (a spec name): always formatted again
+        rows = (changed | (outcome == WAS_PREEMPTED)).nonzero()[0]
+    shifted = outcome[rows] - _REASON_CODES.start
     counts = np.bincount(shifted, minlength=len(_REASON_CODES)).tolist()
-    by_code = np.argsort(shifted, kind="stable")  # each group's rows in ascending order
-    p99, d, cap = plan.predicted_p99_ms, table.deadline, table.cap
+    by_code = rows[np.argsort(shifted, kind="stable")]  # each group's rows in ascending order
     level = _LEVEL_NAMES[lvl]
     # per code, the template's arguments: columns (gathered at the group's rows) or constants
     arguments = {
@@ -260,7 +281,7 @@ def reasons(table: IntentTable, plan: UnitPlan, policy: str, light_load_cores: f
         NOT_ADMITTED: (table.min_units, plan.free_at_ask),
         FIXED: (policy, units),
         IDLE_TIME: (policy,),
-        SHARED: (offered_load(table), light_load_cores, units, p99, d),
+        SHARED: (load, light_load_cores, units, p99, d),
         -1: (policy, units, p99, d),
         BATCH_ADMITTED: (policy, units, plan.nmu),
     }
@@ -272,7 +293,7 @@ def reasons(table: IntentTable, plan: UnitPlan, policy: str, light_load_cores: f
         at += count
         if code == WAS_PREEMPTED:
             spec_names = [sp.name for sp in table.specs]
-            out[idx] = [
+            texts[idx] = [
                 f"preempted: {gone} units taken by urgent {spec_names[by] if by >= 0 else 'work'}"
                 for gone, by in zip(
                     lost[idx].tolist(), plan.preempted_by[idx].tolist(), strict=True
@@ -282,8 +303,11 @@ def reasons(table: IntentTable, plan: UnitPlan, policy: str, light_load_cores: f
         cols = [
             a[idx].tolist() if isinstance(a, np.ndarray) else [a] * count for a in arguments[code]
         ]
-        out[idx] = list(map(_TEMPLATES[code].__mod__, zip(*cols, strict=True)))
-    return out.tolist()
+        texts[idx] = list(map(_TEMPLATES[code].__mod__, zip(*cols, strict=True)))
+    out = texts.tolist()
+    if memo is not None:
+        memo.reasons = LastReasons(inputs, tuple(out), constants)
+    return out
 
 
 _DECISION_FIELDS = tuple(f.name for f in dataclasses.fields(Decision))
@@ -397,7 +421,7 @@ def decide(
     at_risk = bool((deadline & running & helpable & (plan.risk > risk_threshold)).any()) or bool(
         (plan.outcome == SHORT).any()
     )
-    why = reasons(table, plan, policy, state.config.light_load_cores)
+    why = reasons(table, plan, policy, state.config.light_load_cores, memo)
     shared_work = plan.shared
     extra = np.zeros(n, dtype=np.int64)
 
