@@ -155,7 +155,8 @@ def changed_rows(n: int, new: Mapping[str, Column], old: Mapping[str, Column]) -
             and isinstance(before, list | tuple)
             and len(before) == n
         ):
-            changed |= np.fromiter(map(operator.ne, column, before), bool, n)
+            if column != before:  # one C-level pass first; row by row only when some differ
+                changed |= np.fromiter(map(operator.ne, column, before), bool, n)
         else:
             return np.ones(n, dtype=bool)
     return changed
