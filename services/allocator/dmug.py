@@ -480,14 +480,14 @@ def plan_units(
     # Phase 2b: deadline work still at risk (unreachable, or short when it asked) takes free
     # units up to its cap, in deadline order, before batch competes for them by NMU
     if free > 0 and dl.size:
-        for i in order.tolist():
-            if free <= 0:
-                break
-            if units[i] > 0 and (outcome[i] == UNREACHABLE or outcome[i] == SHORT):
-                give = min(int(cap[i] - units[i]), free)
-                if give > 0:
-                    units[i] += give
-                    free -= give
+        at_risk = (units[order] > 0) & ((outcome[order] == UNREACHABLE) | (outcome[order] == SHORT))
+        for i in order[at_risk].tolist():
+            give = min(int(cap[i] - units[i]), free)
+            if give > 0:
+                units[i] += give
+                free -= give
+                if free <= 0:
+                    break
 
     # Phase 3: leftover units
     running = ((units > 0) & (preempted == 0) & (units < cap)).nonzero()[0]

@@ -187,6 +187,7 @@ class TickMemo:
     spec_columns: SpecColumns | None = None
     last: LastDecisions | None = field(default=None, repr=False)
     reasons: LastReasons | None = field(default=None, repr=False)
+    base: Any = field(default=None, repr=False)  # table.BaseColumns of the last tick's table
 
     def columns_for(self, specs: Sequence[IntentSpec]) -> SpecColumns:
         cached = self.spec_columns

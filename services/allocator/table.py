@@ -25,7 +25,7 @@ from services.allocator.formulas import (
     service_at_one_unit,
     slack_ms,
 )
-from services.allocator.memo import CLASS_CODES, TickMemo, read_spec_columns
+from services.allocator.memo import CLASS_CODES, SpecColumns, TickMemo, read_spec_columns
 from services.allocator.model import DEGRADATION_ORDER, Decision, IntentSpec, PlanInput
 
 Z_CLASS = CLASS_CODES
@@ -126,36 +126,83 @@ class Rows:
         return self.risk_at(self.latency(p, level_factor))
 
 
+@dataclass(frozen=True)
+class BaseColumns:
+    """What the table derives from the specs' own columns and the node's unit capacity alone:
+    read-only, kept between ticks (in the memo) while both are the same."""
+
+    source: SpecColumns
+    capacity: int
+    f: np.ndarray
+    has_deadline: np.ndarray
+    min_units: np.ndarray
+    cap: np.ndarray
+    preferred: np.ndarray
+    uses_gpu: np.ndarray  # as float, for the inflation formula
+    network_bound: np.ndarray
+    tail1: np.ndarray  # base service time at one unit (before observations)
+    rel_spread: np.ndarray
+    weight: np.ndarray
+    arrival: np.ndarray
+
+
+def base_columns(columns: SpecColumns, capacity: int) -> BaseColumns:
+    prio, deadline, mn, mx, pref, f, base, arrival, _seq = columns.numeric
+    cls = columns.cls
+    mn = np.maximum(mn, 1)
+    cap = np.where(mx > 0, np.minimum(mx, capacity), capacity)
+    mn = np.minimum(mn, np.maximum(cap, 1))
+    derived = BaseColumns(
+        source=columns,
+        capacity=capacity,
+        f=np.minimum(np.maximum(f, 0.0), 1.0),
+        has_deadline=(cls != BATCH) & (deadline > 0),
+        min_units=mn.astype(np.int64),
+        cap=cap.astype(np.int64),
+        preferred=pref.astype(np.int64),
+        uses_gpu=columns.uses_gpu.astype(np.float64),
+        network_bound=((cls == ONLINE) | (cls == ROBOT)).astype(np.float64),
+        tail1=np.maximum(base, 1e-6),
+        rel_spread=np.full(len(cls), DEFAULT_REL_SPREAD),
+        weight=priority_weight(prio),
+        arrival=np.where(cls == BATCH, 0.0, np.maximum(arrival, 0.0)),
+    )
+    for value in vars(derived).values():
+        if isinstance(value, np.ndarray):
+            value.flags.writeable = False  # shared between ticks: a stray write raises
+    return derived
+
+
 def build_table(
     state: PlanInput, use_predictor: bool = True, memo: TickMemo | None = None
 ) -> IntentTable:
-    """The tick's intents as columns: the specs' own fields (kept in `memo` between ticks while
-    the spec objects are the same), then this tick's node, stats and previous plan."""
+    """The tick's intents as columns: the specs' own fields and what follows from them and the
+    node's capacity (kept in `memo` between ticks while the spec objects and the capacity are
+    the same), then this tick's pressure, stats and previous plan."""
     specs = state.intents
     n = len(specs)
     capacity = max(int(state.node.cpu_units), 0)
     columns = memo.columns_for(specs) if memo is not None else read_spec_columns(specs)
-    prio, deadline, mn, mx, pref, f, base, arrival, seq = columns.numeric
-    ids, cls, uses_gpu = columns.ids, columns.cls, columns.uses_gpu
-    f = np.minimum(np.maximum(f, 0.0), 1.0)
-    has_deadline = (cls != BATCH) & (deadline > 0)
-    mn = np.maximum(mn, 1)
-    cap = np.where(mx > 0, np.minimum(mx, capacity), capacity)
-    mn = np.minimum(mn, np.maximum(cap, 1))
-    network_bound = ((cls == ONLINE) | (cls == ROBOT)).astype(np.float64)
+    base = memo.base if memo is not None else None
+    if not (isinstance(base, BaseColumns) and base.source is columns and base.capacity == capacity):
+        base = base_columns(columns, capacity)
+        if memo is not None:
+            memo.base = base
+    ids, cls = columns.ids, columns.cls
+    f = base.f
     inflation = latency_inflation(
-        state.node, state.config.contention_gain, uses_gpu.astype(np.float64), network_bound
+        state.node, state.config.contention_gain, base.uses_gpu, base.network_bound
     )
-    tail1 = np.maximum(base, 1e-6)
-    mean1 = tail1.copy()
-    rel = np.full(n, DEFAULT_REL_SPREAD)
+    tail1, mean1, rel = base.tail1, base.tail1, base.rel_spread
     stats = state.stats if use_predictor else {}
     if stats:
-        for i, st in enumerate(map(stats.get, ids)):
-            if st is not None:
-                tail1[i], mean1[i], rel[i] = service_at_one_unit(
-                    st, specs[i].base_service_ms, float(f[i]), specs[i].target_percentile
-                )
+        observed = [(i, st) for i, st in enumerate(map(stats.get, ids)) if st is not None]
+        if observed:
+            tail1, mean1, rel = tail1.copy(), tail1.copy(), rel.copy()
+        for i, st in observed:
+            tail1[i], mean1[i], rel[i] = service_at_one_unit(
+                st, specs[i].base_service_ms, float(f[i]), specs[i].target_percentile
+            )
     prevs: list[Decision] | None = None
     if state.previous:
         prevs = list(map(state.previous.get, ids, itertools.repeat(_NO_PREVIOUS, n)))
@@ -182,23 +229,23 @@ def build_table(
         specs=specs,
         ids=ids,
         cls=cls,
-        weight=priority_weight(prio),
-        deadline=deadline,
-        has_deadline=has_deadline,
-        min_units=mn.astype(np.int64),
-        cap=cap.astype(np.int64),
-        preferred=pref.astype(np.int64),
+        weight=base.weight,
+        deadline=columns.numeric[1],
+        has_deadline=base.has_deadline,
+        min_units=base.min_units,
+        cap=base.cap,
+        preferred=base.preferred,
         f=f,
         tail1=tail1,
         mean1=mean1,
         rel_spread=rel,
-        arrival=np.where(cls == BATCH, 0.0, np.maximum(arrival, 0.0)),
+        arrival=base.arrival,
         inflation=np.asarray(inflation, dtype=np.float64) * np.ones(n),
-        uses_gpu=uses_gpu,
+        uses_gpu=columns.uses_gpu,
         ladder=columns.ladder,
         preemptible=columns.preemptible,
         elastic=columns.elastic,
-        seq=seq,
+        seq=columns.numeric[8],
         prev_units=prev_units,
         prev_since=prev_since,
         has_prev=has_prev,

@@ -160,6 +160,20 @@ def test_cached_columns_are_read_only():
         table.deadline[0] = 1.0
 
 
+def test_capacity_derived_columns_follow_the_node():
+    a = IntentSpec(id="a", name="a", workload_class="BATCH", min_units=3, max_units=9)
+    memo = TickMemo()
+    first = dmug.build_table(PlanInput(intents=(a,), node=_node(16)), memo=memo)
+    kept = memo.base
+    again = dmug.build_table(PlanInput(intents=(a,), node=_node(16)), memo=memo)
+    assert memo.base is kept and again.cap is first.cap  # same specs, same capacity: kept
+    small = dmug.build_table(PlanInput(intents=(a,), node=_node(2)), memo=memo)
+    assert small.cap.tolist() == [2] and small.min_units.tolist() == [2]  # capped by the node
+    assert memo.base is not kept
+    with pytest.raises(ValueError):
+        small.min_units[0] = 5
+
+
 def test_foreign_previous_plan_builds_every_decision():
     """A previous plan not built by this policy instance (another policy, a restart) is read
     field by field, never matched against the memo's columns."""
