@@ -59,6 +59,7 @@ from services.allocator.table import (  # noqa: F401
     IntentTable,
     Rows,
     build_table,
+    rank_by_weight_and_seq,
 )
 from services.allocator.waterfill import iron_rows, select_increments, select_increments_heap
 
@@ -331,15 +332,11 @@ class UnitPlan:
 
 def tie_rank(table: IntentTable) -> np.ndarray:
     """Deterministic rank per row (lower wins ties): higher priority weight, then earlier seq.
-    Computed once per table (the tick and its cross-layer step both ask), read-only."""
-    if table.rank is not None:
-        return table.rank
-    order = np.lexsort((np.arange(table.n), table.seq, -table.weight))
-    rank = np.empty(table.n, dtype=np.int64)
-    rank[order] = np.arange(table.n)
-    rank.flags.writeable = False
-    table.rank = rank
-    return rank
+    Computed once per table (the tick and its cross-layer step both ask; build_table brings it
+    from the memo while the specs are the same), read-only."""
+    if table.rank is None:
+        table.rank = rank_by_weight_and_seq(table.weight, table.seq)
+    return table.rank
 
 
 def floors(table: IntentTable, options: DmugOptions, capacity: int, skip: np.ndarray) -> np.ndarray:

@@ -144,14 +144,26 @@ class BaseColumns:
     rel_spread: np.ndarray
     weight: np.ndarray
     arrival: np.ndarray
+    rank: np.ndarray  # tie rank (dmug.tie_rank)
+
+
+def rank_by_weight_and_seq(weight: np.ndarray, seq: np.ndarray) -> np.ndarray:
+    """Rank per row, lower first: higher weight, then earlier seq, then position (read-only)."""
+    n = len(weight)
+    order = np.lexsort((np.arange(n), seq, -weight))
+    rank = np.empty(n, dtype=np.int64)
+    rank[order] = np.arange(n)
+    rank.flags.writeable = False
+    return rank
 
 
 def base_columns(columns: SpecColumns, capacity: int) -> BaseColumns:
-    prio, deadline, mn, mx, pref, f, base, arrival, _seq = columns.numeric
+    prio, deadline, mn, mx, pref, f, base, arrival, seq = columns.numeric
     cls = columns.cls
     mn = np.maximum(mn, 1)
     cap = np.where(mx > 0, np.minimum(mx, capacity), capacity)
     mn = np.minimum(mn, np.maximum(cap, 1))
+    weight = priority_weight(prio)
     derived = BaseColumns(
         source=columns,
         capacity=capacity,
@@ -164,8 +176,9 @@ def base_columns(columns: SpecColumns, capacity: int) -> BaseColumns:
         network_bound=((cls == ONLINE) | (cls == ROBOT)).astype(np.float64),
         tail1=np.maximum(base, 1e-6),
         rel_spread=np.full(len(cls), DEFAULT_REL_SPREAD),
-        weight=priority_weight(prio),
+        weight=weight,
         arrival=np.where(cls == BATCH, 0.0, np.maximum(arrival, 0.0)),
+        rank=rank_by_weight_and_seq(weight, seq),
     )
     for value in vars(derived).values():
         if isinstance(value, np.ndarray):
@@ -253,4 +266,5 @@ def build_table(
         prev_level=prev_level,
         prev_level_since=prev_level_since,
         previous=prevs,
+        rank=base.rank,
     )
