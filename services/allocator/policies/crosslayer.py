@@ -89,7 +89,7 @@ def cpu_sets(table: IntentTable, plan: UnitPlan, cpu_ids: tuple[int, ...], capac
     c = len(cpu_ids)
     running = plan.units > 0
     deadline_running = table.has_deadline & running & ~plan.shared
-    batch_running = bool((running & ~table.has_deadline).any())
+    batch_running = np.count_nonzero(running & ~table.has_deadline) > 0
     reserve = 1 if batch_running else 0
     order = plan.order[deadline_running[plan.order]]
     unordered = np.ones(n, dtype=bool)
@@ -150,7 +150,7 @@ def gpu_shares(
     share = np.zeros(n)
     note = [""] * n
     available = {lane.name: lane for lane in lanes if lane.available}
-    if not table.uses_gpu.any():
+    if not np.count_nonzero(table.uses_gpu):
         return lane_of, share, note
     left = {name: float(lane.share_units) for name, lane in available.items()}
     if running is None:
@@ -418,9 +418,9 @@ def decide(
     risk_threshold = state.config.risk_threshold
     # deadline work at risk that CPU could still help (not work out of reach at any units)
     helpable = plan.outcome != UNREACHABLE
-    at_risk = bool((deadline & running & helpable & (plan.risk > risk_threshold)).any()) or bool(
-        (plan.outcome == SHORT).any()
-    )
+    at_risk = np.count_nonzero(
+        deadline & running & helpable & (plan.risk > risk_threshold)
+    ) > 0 or (np.count_nonzero(plan.outcome == SHORT) > 0)
     why = reasons(table, plan, policy, state.config.light_load_cores, memo)
     shared_work = plan.shared
     extra = np.zeros(n, dtype=np.int64)
@@ -470,7 +470,7 @@ def decide(
     gpu_on = knobs.cross_layer and knobs.gpu_intent
     prio_l: Column
     conc: Column
-    if gpu_on and table.uses_gpu.any():
+    if gpu_on and np.count_nonzero(table.uses_gpu):
         lane_of, share, note = gpu_shares(table, plan, tuple(node.lanes), rank, units + extra > 0)
         indexes = {lane.name: tuple(lane.gpu_indexes) for lane in node.lanes}
         gidx = [indexes.get(name, ()) if name else () for name in lane_of]
