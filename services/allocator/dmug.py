@@ -103,10 +103,10 @@ class DmugOptions:
 
 
 def units_to_meet(
-    table: IntentTable, idx: np.ndarray, level: int, scale: float = 1.0
+    table: IntentTable, idx: np.ndarray, level: int | np.ndarray, scale: float = 1.0
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Fewest units in [min, cap] with L(p) <= D at `level`, and whether that meets D at all
-    (D = scale x deadline; scale < 1 asks for a margin).
+    """Fewest units in [min, cap] with L(p) <= D at `level` (one for all rows, or one per row),
+    and whether that meets D at all (D = scale x deadline; scale < 1 asks for a margin).
 
     Closed form from L = a / (S - b) (a = T1*m, b = lambda*M1*m/1000): S(p) >= b + a/D, inverted
     through Amdahl, then checked and nudged with the latency formula itself so that the answer
@@ -422,17 +422,7 @@ def plan_units(
     # Phase 1: deadline phase
     dl = (table.has_deadline & ~fixed & ~light).nonzero()[0]
     if dl.size:
-        p_need, meets = units_to_meet(table, dl, 0)
-        lvl = np.zeros(dl.size, dtype=np.int64)
-        if options.degrade:
-            for level_i in (1, 2):
-                walk = ~meets & (table.cls[dl] == ONLINE) & table.ladder[dl, level_i]
-                if np.count_nonzero(walk):
-                    p2, m2 = units_to_meet(table, dl[walk], level_i)
-                    idx = walk.nonzero()[0]
-                    p_need[idx] = np.where(m2, p2, p_need[idx])
-                    lvl[idx] = level_i  # deepest allowed level tried so far (best effort)
-                    meets[idx] = m2
+        p_need, meets, lvl = _walk_ladder(table, dl, options.degrade)
         p_need = np.where(meets, p_need, table.min_units[dl])
         code = np.where(meets, np.where(lvl > 0, MET_DEGRADED, MET), UNREACHABLE)
         if options.degrade and options.hysteresis:
@@ -530,6 +520,38 @@ def plan_units(
         shared=light,
         shared_reserve=reserve,
     )
+
+
+def _walk_ladder(table: IntentTable, dl: np.ndarray, degrade: bool):
+    """Units each deadline row dl needs at NORMAL and, for ONLINE work that misses even at its
+    cap, down its degradation ladder (FP16, then INT8) until a level meets; the deepest allowed
+    level tried is kept when none does (best effort). Returns (need, meets, level) per row.
+
+    Every level a row may walk to is evaluated in one units_to_meet call (NORMAL for every row,
+    a deeper level for each ONLINE row whose ladder allows it), so a tick pays for one call
+    instead of up to three; each row's answer is the one a call of its own would give.
+    """
+    at_level = [np.arange(dl.size)]  # positions into dl evaluated at level 0, 1, 2
+    if degrade:
+        online = table.cls[dl] == ONLINE
+        at_level += [(online & table.ladder[dl, level_i]).nonzero()[0] for level_i in (1, 2)]
+    pos = np.concatenate(at_level)
+    levels = np.repeat(np.arange(len(at_level)), [a.size for a in at_level])
+    p_all, m_all = units_to_meet(table, dl[pos], levels)
+    p_need, meets = p_all[: dl.size], m_all[: dl.size]
+    lvl = np.zeros(dl.size, dtype=np.int64)
+    start = dl.size
+    for level_i, rows in enumerate(at_level[1:], start=1):
+        end = start + rows.size
+        walk = ~meets[rows]  # rows that still miss: they try this level
+        idx = rows[walk]
+        if idx.size:
+            p2, m2 = p_all[start:end][walk], m_all[start:end][walk]
+            p_need[idx] = np.where(m2, p2, p_need[idx])
+            lvl[idx] = level_i
+            meets[idx] = m2
+        start = end
+    return p_need, meets, lvl
 
 
 def _hold_levels(table, dl, lvl, p_need, meets, code, tick: int, config: DmugConfig) -> None:
