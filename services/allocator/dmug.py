@@ -71,6 +71,7 @@ IRON_WIDTH = 32  # increments of an S-shaped row that are ironed (the rest keep 
 WHOLE_ROWS_CELLS = 1 << 18  # marginal phase: rows x increments evaluated in one block at most
 DWELL_BONUS = 1e6  # marginal utility added to units held during the dwell window
 _AT_AND_BELOW = np.array([[0], [1]])  # p - this: the rows p and p - 1
+_AT_AND_ABOVE = np.array([[0, 1]])  # column p + this: the columns p and p + 1
 
 # UnitPlan.state codes (index into STATE_NAMES)
 ADMITTED, THROTTLED, DEGRADED, PREEMPTED = 0, 1, 2, 3
@@ -156,10 +157,18 @@ def marginal_gains(table: IntentTable, rows: np.ndarray, start: np.ndarray, leve
     r = table.take(rows, column=True)
     p = start[:, None] + kk
     p_ext = np.concatenate((p, p[:, -1:] + 1), axis=1)  # p .. p_last + 1
+    risk = None
+    if np.count_nonzero(r.has_deadline):
+        risk = r.risk(p_ext, table.level_factor[level][:, None])
+    return gains_at(r, p, p_ext, risk)
+
+
+def gains_at(r: Rows, p: np.ndarray, p_ext: np.ndarray, risk: np.ndarray | None) -> np.ndarray:
+    """``marginal_gains`` for gathered rows r (column form) at units p, given p_ext = p and one
+    unit more per row, and the risk at p_ext (None: no row has a deadline)."""
     dl = r.has_deadline
     deadline_gain = throughput = None
-    if np.count_nonzero(dl):
-        risk = r.risk(p_ext, table.level_factor[level][:, None])
+    if risk is not None:
         deadline_gain = r.weight * (risk[:, :-1] - risk[:, 1:])
     if np.count_nonzero(dl) < dl.size:
         speed = amdahl_speedup(r.f, np.maximum(p_ext, 1))
@@ -615,23 +624,25 @@ def assess(
     n = table.n
     zeros = np.zeros(n, dtype=np.int64)
     preempted = zeros if preempted_units is None else preempted_units
-    everyone_rows = table.take()
-    lat = everyone_rows.latency(units, table.level_factor[level])
+    # every row at its units and at one unit more, in one evaluation: L(p), risk(p), next NMU
+    everyone_rows = table.take(column=True)
+    p = units[:, None]
+    p_ext = p + _AT_AND_ABOVE
+    lat_ext = everyone_rows.latency(p_ext, table.level_factor[level][:, None])
+    risk_ext = everyone_rows.risk_at(lat_ext)
+    lat = lat_ext[:, 0]
     p99 = np.where(units > 0, lat, 0.0)
     slack = np.where(units > 0, table.deadline - p99, -table.deadline)
     slack = np.where(table.has_deadline, slack, 0.0)
-    risk = np.where(units > 0, everyone_rows.risk_at(lat), 1.0)
+    risk = np.where(units > 0, risk_ext[:, 0], 1.0)
     risk = np.where(table.has_deadline, risk, 0.0)
     st = np.full(n, ADMITTED, dtype=np.int64)
     st[((outcome == MET_DEGRADED) | (outcome == HELD_DEGRADED)) & (units > 0)] = DEGRADED
     late = table.has_deadline & (risk > config.risk_threshold)
     st[late | (units == 0)] = THROTTLED
     st[preempted > 0] = PREEMPTED
-    nxt = np.zeros(n)
-    more = ((units > 0) & (units < table.cap)).nonzero()[0]
-    if more.size:
-        kk = np.zeros(1, np.int64)
-        nxt[more] = marginal_gains(table, more, units[more], level[more], kk)[:, 0]
+    more = (units > 0) & (units < table.cap)
+    nxt = np.where(more, gains_at(everyone_rows, p, p_ext, risk_ext)[:, 0], 0.0)
     return UnitPlan(
         units=units,
         level=level,

@@ -79,8 +79,9 @@ class IntentTable:
     def take(self, idx=None, column: bool = False) -> Rows:
         """The model parameters of rows idx (all rows when None), as (k,) or (k, 1) columns."""
         if idx is None:
-            return Rows(self.tail1, self.mean1, self.f, self.arrival, self.inflation,
-                        self.deadline, self.rel_spread, self.has_deadline, self.weight, self.cap)  # fmt: skip
+            every = (self.tail1, self.mean1, self.f, self.arrival, self.inflation, self.deadline,
+                     self.rel_spread, self.has_deadline, self.weight, self.cap)  # fmt: skip
+            return Rows(*(c[:, None] for c in every)) if column else Rows(*every)
         cols = [
             a[idx]
             for a in (self.tail1, self.mean1, self.f, self.arrival, self.inflation, self.deadline,
