@@ -46,9 +46,10 @@ _NUMERIC_GETTER = operator.attrgetter(*NUMERIC_FIELDS)
 _OTHER_GETTERS = tuple(
     map(
         operator.attrgetter,
-        ("id", "workload_class", "gpu_lane", "gpu_share", "degradation", "preemptible", "elastic"),
+        ("id", "workload_class", "gpu_lane", "gpu_share", "degradation", "preemptible", "elastic",
+         "gpu_stream_priority_hint", "gpu_concurrency"),
     )
-)
+)  # fmt: skip
 CLASS_CODES = {"ONLINE": 0, "BATCH": 1, "ROBOT": 2, "URGENT": 3}
 _BATCH_CODE = CLASS_CODES["BATCH"]
 
@@ -74,6 +75,8 @@ class SpecColumns:
     ladder: np.ndarray  # (n, 3) bool: degradation level allowed
     preemptible: np.ndarray
     elastic: np.ndarray
+    stream_hint: np.ndarray  # gpu_stream_priority_hint, int64
+    concurrency: np.ndarray  # gpu_concurrency, int64
 
     def read_from(self, specs: Sequence[IntentSpec]) -> bool:
         """Whether these columns were read from exactly these spec objects, in this order."""
@@ -89,7 +92,7 @@ def read_spec_columns(specs: Sequence[IntentSpec]) -> SpecColumns:
     width = len(NUMERIC_FIELDS)
     numeric = np.fromiter(flat, np.float64, n * width).reshape(n, width).T.copy()
     # one C-level map per column (cheaper than transposing n tuples with zip)
-    ids, classes, lanes, shares, ladders, preemptible, elastic = (
+    ids, classes, lanes, shares, ladders, preemptible, elastic, hints, concurrency = (
         list(map(get, specs)) for get in _OTHER_GETTERS
     )
     cls = np.fromiter(map(CLASS_CODES.get, classes, [_BATCH_CODE] * n), dtype=np.int8, count=n)
@@ -106,6 +109,8 @@ def read_spec_columns(specs: Sequence[IntentSpec]) -> SpecColumns:
         ladder=_frozen(ladder),
         preemptible=_frozen(np.fromiter(preemptible, bool, n)),
         elastic=_frozen(np.fromiter(elastic, bool, n)),
+        stream_hint=_frozen(np.fromiter(hints, np.int64, n)),
+        concurrency=_frozen(np.fromiter(concurrency, np.int64, n)),
     )
 
 

@@ -69,6 +69,8 @@ class IntentTable:
     level_factor: np.ndarray  # (3,) latency multiplier per degradation level
     prev_level: np.ndarray  # previous decision's degradation level (index), 0 if none
     prev_level_since: np.ndarray  # tick at which that level was taken
+    stream_hint: np.ndarray  # the specs' gpu_stream_priority_hint
+    concurrency: np.ndarray  # the specs' gpu_concurrency (0: the default)
     previous: list[Decision] | None = None  # previous decision per row (_NO_PREVIOUS if none)
     rank: np.ndarray | None = None  # tie rank (dmug.tie_rank), filled on first use
 
@@ -266,6 +268,8 @@ def build_table(
         level_factor=np.array([float(speed.get(lvl, 1.0)) for lvl in DEGRADATION_ORDER]),
         prev_level=prev_level,
         prev_level_since=prev_level_since,
+        stream_hint=columns.stream_hint,
+        concurrency=columns.concurrency,
         previous=prevs,
         rank=base.rank,
     )

@@ -17,7 +17,6 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import repeat
-from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -52,8 +51,6 @@ from services.allocator.model import (
 from services.allocator.plans import format_cpuset
 from services.allocator.waterfill import select_increments
 
-_HINT = attrgetter("gpu_stream_priority_hint")
-_CONCURRENCY = attrgetter("gpu_concurrency")
 _LEVEL_NAMES = np.array(DEGRADATION_ORDER, dtype=object)  # index -> name, one gather per tick
 _STATE_NAMES = np.array(STATE_NAMES, dtype=object)
 CPU_PERIOD_US = 100_000
@@ -475,10 +472,10 @@ def decide(
         indexes = {lane.name: tuple(lane.gpu_indexes) for lane in node.lanes}
         gidx = [indexes.get(name, ()) if name else () for name in lane_of]
         prio = np.where(deadline, 1, -1 if at_risk else 0)
-        hint = np.fromiter(map(_HINT, table.specs), np.int64, n)
+        hint = table.stream_hint
         prio = _clip(np.where(deadline, prio, np.minimum(prio, hint)), -1, 1)
         has_lane = np.fromiter(map(bool, lane_of), bool, n)
-        asked = np.fromiter(map(_CONCURRENCY, table.specs), np.int64, n)
+        asked = table.concurrency
         default = _clip(units + extra, 1, DEFAULT_GPU_CONCURRENCY_CAP)
         conc = np.where(has_lane, np.where(asked > 0, asked, default), 0)
         prio_l = np.where(has_lane, prio, 0)
