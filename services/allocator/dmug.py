@@ -657,7 +657,7 @@ def assess(
         slack_ms=slack,
         risk=risk,
         nmu=nxt,
-        preemptions=int((preempted > 0).sum()),
+        preemptions=int(np.count_nonzero(preempted > 0)),
         shared=np.zeros(n, dtype=bool) if shared is None else shared,
         shared_reserve=shared_reserve,
     )

@@ -86,7 +86,7 @@ def cpu_sets(table: IntentTable, plan: UnitPlan, cpu_ids: tuple[int, ...], capac
     c = len(cpu_ids)
     running = plan.units > 0
     deadline_running = table.has_deadline & running & ~plan.shared
-    batch_running = np.count_nonzero(running & ~table.has_deadline) > 0
+    batch_running = bool(np.count_nonzero(running & ~table.has_deadline))
     reserve = 1 if batch_running else 0
     order = plan.order[deadline_running[plan.order]]
     unordered = np.ones(n, dtype=bool)
@@ -415,9 +415,10 @@ def decide(
     risk_threshold = state.config.risk_threshold
     # deadline work at risk that CPU could still help (not work out of reach at any units)
     helpable = plan.outcome != UNREACHABLE
-    at_risk = np.count_nonzero(
-        deadline & running & helpable & (plan.risk > risk_threshold)
-    ) > 0 or (np.count_nonzero(plan.outcome == SHORT) > 0)
+    at_risk = bool(
+        np.count_nonzero(deadline & running & helpable & (plan.risk > risk_threshold))
+        or np.count_nonzero(plan.outcome == SHORT)
+    )
     why = reasons(table, plan, policy, state.config.light_load_cores, memo)
     shared_work = plan.shared
     extra = np.zeros(n, dtype=np.int64)
@@ -521,7 +522,7 @@ def decide(
         level_since_tick=level_since,
         workers=units + extra,
     )
-    degraded = int(((plan.level > 0) & running).sum())
+    degraded = int(np.count_nonzero((plan.level > 0) & running))
     return PlanResult(
         policy=policy,
         decisions=decisions,
