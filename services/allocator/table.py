@@ -80,18 +80,12 @@ class IntentTable:
 
     def take(self, idx=None, column: bool = False) -> Rows:
         """The model parameters of rows idx (all rows when None), as (k,) or (k, 1) columns."""
+        every = (self.tail1, self.mean1, self.f, self.arrival, self.inflation, self.deadline,
+                 self.rel_spread, self.has_deadline, self.weight, self.cap)  # fmt: skip
         if idx is None:
-            every = (self.tail1, self.mean1, self.f, self.arrival, self.inflation, self.deadline,
-                     self.rel_spread, self.has_deadline, self.weight, self.cap)  # fmt: skip
             return Rows(*(c[:, None] for c in every)) if column else Rows(*every)
-        cols = [
-            a[idx]
-            for a in (self.tail1, self.mean1, self.f, self.arrival, self.inflation, self.deadline,
-                      self.rel_spread, self.has_deadline, self.weight, self.cap)
-        ]  # fmt: skip
-        if column:
-            cols = [c[:, None] for c in cols]
-        return Rows(*cols)
+        at = np.asarray(idx)[:, None] if column else idx  # (k, 1) columns in the same gather
+        return Rows(*(c[at] for c in every))
 
     def latency(self, idx, p, level=0):
         """L(p) for rows idx at units p and degradation level (scalar or array)."""
