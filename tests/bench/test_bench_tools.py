@@ -1,0 +1,48 @@
+"""The benchmark and cross-check tools under bench/ run and report what they claim (small sizes;
+the figures themselves are for docs/performance.md, not asserted here)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _run(*args: str) -> str:
+    done = subprocess.run(
+        [sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=300, check=True
+    )
+    return done.stdout
+
+
+def test_plan_digest_is_deterministic_and_depends_on_the_seed() -> None:
+    first = _run("bench/plan_digest.py", "--instances", "3", "--seed", "5")
+    again = _run("bench/plan_digest.py", "--instances", "3", "--seed", "5")
+    other = _run("bench/plan_digest.py", "--instances", "3", "--seed", "6")
+    digest = re.search(r"^(\d+) PlanResults, seed 5: sha256 ([0-9a-f]{64})$", first, re.M)
+    assert digest is not None, first
+    assert int(digest.group(1)) == 3 * 12 * 6  # instances x policies x ticks
+    assert first == again and other != first
+
+
+def test_bench_dmug_prints_every_cell_and_checks_the_fast_phase() -> None:
+    out = _run("bench/bench_dmug.py", "--sizes", "10", "--repeats", "2")
+    rows = [line.split() for line in out.splitlines() if line.split()[:1] == ["10"]]
+    cells = {(r[1], r[2]) for r in rows if len(r) == 14}
+    assert cells == {(c, t) for c in ("plenty", "scarce") for t in ("cold", "steady")}
+    phase = [r for r in rows if len(r) == 5]
+    assert phase and phase[0][-1] == "True"  # water-filling equals the heap greedy
+
+
+def test_compare_dmug_against_itself_and_refuses_a_non_checkout(tmp_path: Path) -> None:
+    out = _run("bench/compare_dmug.py", str(ROOT), "--rounds", "1", "--sizes", "10")
+    ratios = re.findall(r"\| 10 \| (plenty|scarce) \| (cold|steady) \|.*\| (\d+\.\d\d)x \|", out)
+    assert len(ratios) == 4, out
+    done = subprocess.run(
+        [sys.executable, "bench/compare_dmug.py", str(tmp_path)],
+        cwd=ROOT, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 2 and "does not hold a PARFusion checkout" in done.stderr
