@@ -248,24 +248,6 @@ def reasons(
     outcome[(outcome == BATCH_ADMITTED) & table.has_deadline] = -1
     outcome[(outcome == MET) & (units > need)] = -2
     p99, d, cap, load = plan.predicted_p99_ms, table.deadline, table.cap, offered_load(table)
-    inputs = {
-        "outcome": outcome, "units": units, "need": need, "level": lvl, "p99": p99,
-        "deadline": d, "cap": cap, "free_at_ask": plan.free_at_ask, "min_units": table.min_units,
-        "nmu": plan.nmu, "load": load,
-    }  # fmt: skip
-    constants = (policy, light_load_cores)
-    last = memo.reasons if memo is not None else None
-    changed = last.changed(n, inputs, constants) if last is not None else None
-    if last is None or changed is None:
-        texts = np.empty(n, dtype=object)
-        rows = np.arange(n)
-    else:
-        texts = np.array(last.texts, dtype=object)
-        # preempted rows name their preemptor (a spec name): always formatted again
-        rows = (changed | (outcome == WAS_PREEMPTED)).nonzero()[0]
-    shifted = outcome[rows] - _REASON_CODES.start
-    counts = np.bincount(shifted, minlength=len(_REASON_CODES)).tolist()
-    by_code = rows[np.argsort(shifted, kind="stable")]  # each group's rows in ascending order
     level = _LEVEL_NAMES[lvl]
     # per code, the template's arguments: columns (gathered at the group's rows) or constants
     arguments = {
@@ -282,6 +264,25 @@ def reasons(
         -1: (policy, units, p99, d),
         BATCH_ADMITTED: (policy, units, plan.nmu),
     }
+    # what a row's text depends on, read off the templates' arguments so none can be missed: its
+    # code, every column any template reads (once each, in a fixed order) and the constants
+    read = {id(a): a for args in arguments.values() for a in args if isinstance(a, np.ndarray)}
+    inputs = {"code": outcome, **{str(k): a for k, a in enumerate(read.values())}}
+    constants = tuple(
+        a for args in arguments.values() for a in args if not isinstance(a, np.ndarray)
+    )
+    last = memo.reasons if memo is not None else None
+    changed = last.changed(n, inputs, constants) if last is not None else None
+    if last is None or changed is None:
+        texts = np.empty(n, dtype=object)
+        rows = np.arange(n)
+    else:
+        texts = np.array(last.texts, dtype=object)
+        # preempted rows name their preemptor (a spec name): always formatted again
+        rows = (changed | (outcome == WAS_PREEMPTED)).nonzero()[0]
+    shifted = outcome[rows] - _REASON_CODES.start
+    counts = np.bincount(shifted, minlength=len(_REASON_CODES)).tolist()
+    by_code = rows[np.argsort(shifted, kind="stable")]  # each group's rows in ascending order
     at = 0
     for code, count in zip(_REASON_CODES, counts, strict=True):
         if not count:
