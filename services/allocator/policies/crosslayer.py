@@ -201,26 +201,32 @@ def gpu_shares(
     return lane_of, share, note
 
 
+# per reason code: the %-template and the names of its arguments, looked up per tick in
+# ``reasons``: a column (gathered at the group's rows; "level" by the names of its codes) or a
+# constant ("policy", "light")
 _TEMPLATES = {
-    MET: "deadline phase: %d units meet %g ms (pred p99 %.1f ms)",
-    -2: "deadline phase: %d units meet %g ms (pred p99 %.1f ms); +%d of the leftover units",
-    MET_DEGRADED: "degraded to %s: %g ms unreachable at %d units at NORMAL; "
-    "%d units meet it at %s (pred p99 %.1f ms)",
-    HELD_DEGRADED: "holding %s: a lighter level would meet %g ms, but not yet with "
-    "margin for long enough; %d units (pred p99 %.1f ms)",
-    UNREACHABLE: "at risk: %g ms unreachable even at %d units (%s); running %d units "
-    "(pred p99 %.1f ms)",
-    SHORT: "at risk: needs %d units for %g ms, %d free; running %d",
-    NOT_ADMITTED: "not admitted: needs %d units, %d free",
-    FIXED: "%s: holds %d units from its first allocation",
-    IDLE_TIME: "%s: idle-time batch, holds no units",
-    SHARED: "light: offered load %.3g cores <= %g; runs %d on shared cores, holds no units "
-    "(pred p99 %.1f ms for %g ms)",
-    -1: "%s: %d units (pred p99 %.1f ms for %g ms)",
-    BATCH_ADMITTED: "%s: %d units (next-unit nmu %.3g)",
+    MET: ("deadline phase: %d units meet %g ms (pred p99 %.1f ms)", ("need", "deadline", "p99")),
+    -2: ("deadline phase: %d units meet %g ms (pred p99 %.1f ms); +%d of the leftover units",
+         ("need", "deadline", "p99", "leftover")),
+    MET_DEGRADED: ("degraded to %s: %g ms unreachable at %d units at NORMAL; "
+                   "%d units meet it at %s (pred p99 %.1f ms)",
+                   ("level", "deadline", "cap", "units", "level", "p99")),
+    HELD_DEGRADED: ("holding %s: a lighter level would meet %g ms, but not yet with "
+                    "margin for long enough; %d units (pred p99 %.1f ms)",
+                    ("level", "deadline", "units", "p99")),
+    UNREACHABLE: ("at risk: %g ms unreachable even at %d units (%s); running %d units "
+                  "(pred p99 %.1f ms)", ("deadline", "cap", "level", "units", "p99")),
+    SHORT: ("at risk: needs %d units for %g ms, %d free; running %d",
+            ("need", "deadline", "free", "units")),
+    NOT_ADMITTED: ("not admitted: needs %d units, %d free", ("min_units", "free")),
+    FIXED: ("%s: holds %d units from its first allocation", ("policy", "units")),
+    IDLE_TIME: ("%s: idle-time batch, holds no units", ("policy",)),
+    SHARED: ("light: offered load %.3g cores <= %g; runs %d on shared cores, holds no units "
+             "(pred p99 %.1f ms for %g ms)", ("load", "light", "units", "p99", "deadline")),
+    -1: ("%s: %d units (pred p99 %.1f ms for %g ms)", ("policy", "units", "p99", "deadline")),
+    BATCH_ADMITTED: ("%s: %d units (next-unit nmu %.3g)", ("policy", "units", "nmu")),
 }  # fmt: skip
-
-
+_REASON_CONSTANTS = ("policy", "light")
 _REASON_CODES = range(-2, 11)  # every code a reason can have: -2, -1 and the outcome codes
 
 
@@ -235,44 +241,28 @@ def reasons(
 
     Built one outcome group at a time (the groups are slices of one stable sort by code), each
     group's strings by one %-template mapped over its columns (C-level formatting), scattered
-    back by index. With `memo`, a row whose template inputs all equal last tick's keeps last
-    tick's text and only the other rows are formatted: at 10,000 intents the formatting is a
-    visible part of the tick.
+    back by index. With `memo`, a row whose code and template columns all equal last tick's
+    keeps last tick's text and only the other rows are formatted: at 10,000 intents the
+    formatting is a visible part of the tick.
     """
     n = table.n
-    units, need, lvl = plan.units, plan.need, plan.level
+    units, need = plan.units, plan.need
     lost = plan.preempted_units
     outcome = np.where(lost > 0, WAS_PREEMPTED, plan.outcome)
     outcome[(outcome == BATCH_ADMITTED) & (units == 0)] = NOT_ADMITTED
     outcome[(outcome == IDLE_TIME) & (units > 0)] = BATCH_ADMITTED
     outcome[(outcome == BATCH_ADMITTED) & table.has_deadline] = -1
     outcome[(outcome == MET) & (units > need)] = -2
-    p99, d, cap, load = plan.predicted_p99_ms, table.deadline, table.cap, offered_load(table)
-    level = _LEVEL_NAMES[lvl]
-    # per code, the template's arguments: columns (gathered at the group's rows) or constants
-    arguments = {
-        MET: (need, d, p99),
-        -2: (need, d, p99, units - need),
-        MET_DEGRADED: (level, d, cap, units, level, p99),
-        HELD_DEGRADED: (level, d, units, p99),
-        UNREACHABLE: (d, cap, level, units, p99),
-        SHORT: (need, d, plan.free_at_ask, units),
-        NOT_ADMITTED: (table.min_units, plan.free_at_ask),
-        FIXED: (policy, units),
-        IDLE_TIME: (policy,),
-        SHARED: (load, light_load_cores, units, p99, d),
-        -1: (policy, units, p99, d),
-        BATCH_ADMITTED: (policy, units, plan.nmu),
-    }
-    # what a row's text depends on, read off the templates' arguments so none can be missed: its
-    # code, every column any template reads (once each, in a fixed order) and the constants
-    read = {id(a): a for args in arguments.values() for a in args if isinstance(a, np.ndarray)}
-    inputs = {"code": outcome, **{str(k): a for k, a in enumerate(read.values())}}
-    constants = tuple(
-        a for args in arguments.values() for a in args if not isinstance(a, np.ndarray)
-    )
+    # every column a template may read: what a row's text depends on, with its code
+    columns = {
+        "code": outcome, "units": units, "need": need, "leftover": units - need,
+        "level": plan.level, "p99": plan.predicted_p99_ms, "deadline": table.deadline,
+        "cap": table.cap, "free": plan.free_at_ask, "min_units": table.min_units,
+        "nmu": plan.nmu, "load": offered_load(table),
+    }  # fmt: skip
+    constants = (policy, light_load_cores)
     last = memo.reasons if memo is not None else None
-    changed = last.changed(n, inputs, constants) if last is not None else None
+    changed = last.changed(n, columns, constants) if last is not None else None
     if last is None or changed is None:
         texts = np.empty(n, dtype=object)
         rows = np.arange(n)
@@ -298,13 +288,19 @@ def reasons(
                 )
             ]
             continue
-        cols = [
-            a[idx].tolist() if isinstance(a, np.ndarray) else [a] * count for a in arguments[code]
-        ]
-        texts[idx] = list(map(_TEMPLATES[code].__mod__, zip(*cols, strict=True)))
+        template, names = _TEMPLATES[code]
+        args = []
+        for name in names:
+            if name in _REASON_CONSTANTS:
+                args.append([constants[_REASON_CONSTANTS.index(name)]] * count)
+            elif name == "level":
+                args.append(_LEVEL_NAMES[plan.level[idx]].tolist())
+            else:
+                args.append(columns[name][idx].tolist())
+        texts[idx] = list(map(template.__mod__, zip(*args, strict=True)))
     out = texts.tolist()
     if memo is not None:
-        memo.reasons = LastReasons(inputs, tuple(out), constants)
+        memo.reasons = LastReasons(columns, tuple(out), constants)
     return out
 
 
