@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+import random
+
 import pytest
 
 from services.allocator.model import (
@@ -13,6 +16,7 @@ from services.allocator.model import (
     PlanInput,
     ServiceStats,
 )
+from services.allocator.policies.crosslayer import _TEMPLATES
 from services.allocator.policies.registry import POLICIES, get_policy, list_policies
 from services.common.errors import InvalidArgument
 
@@ -276,3 +280,45 @@ def test_build_decisions_makes_real_frozen_decisions():
     assert hash(built[0]) == hash(rows[0])
     with pytest.raises(dataclasses.FrozenInstanceError):
         built[0].units = 9  # type: ignore[misc]
+
+
+def test_every_reason_template_is_reached_and_formatted():
+    """Random mixes over three chained ticks reach every reason the policies give (so every
+    template's arguments resolve), and a tick that keeps texts equals a fresh computation."""
+    prefixes = {
+        "preempted:", "deadline phase:", "of the leftover units", "degraded to", "holding ",
+        "at risk: needs", "unreachable even at", "not admitted:", "from its first allocation",
+        "idle-time batch", "light: offered", "next-unit nmu", "units (pred p99",
+    }  # fmt: skip
+    assert len(prefixes) == len(_TEMPLATES) + 1  # every template, and the preemption text
+    rng = random.Random(11)
+    seen: set[str] = set()
+    for _ in range(40):
+        specs = []
+        for i in range(rng.randint(2, 24)):
+            cls = rng.choice(["ONLINE", "ONLINE", "ROBOT", "URGENT", "BATCH", "BATCH"])
+            base = rng.uniform(5.0, 80.0)
+            specs.append(
+                IntentSpec(
+                    id=f"i{i}", name=f"w{i}", workload_class=cls, priority=rng.randint(0, 1000),
+                    deadline_ms=0.0 if cls == "BATCH" else base * rng.uniform(0.2, 1.3),
+                    min_units=(mn := rng.randint(1, 3)), max_units=mn + rng.randint(0, 6),
+                    parallel_fraction=rng.uniform(0.5, 0.98), base_service_ms=base,
+                    arrival_rate_per_s=rng.choice([0.0, 0.001, 2.0]) if cls != "BATCH" else 0.0,
+                    degradation=("NORMAL", "FP16", "INT8") if i % 2 else ("NORMAL",),
+                    preemptible=cls == "BATCH" or i % 4 == 0, elastic=rng.random() > 0.2, seq=i,
+                )
+            )  # fmt: skip
+        units = max(1, int(sum(s.min_units for s in specs) * rng.choice([0.4, 1.0, 2.5])))
+        node = NodeState(name="n", cpu_units=units, cpu_ids=tuple(range(rng.choice([0, 8]))))
+        for name in ("parfusion", "no-elastic", "no-crosslayer"):
+            kept, previous = get_policy(name), None
+            for tick in range(3):
+                if tick == 2:  # the deadlines loosen: levels may step back (held for a while)
+                    specs = [dataclasses.replace(s, deadline_ms=s.deadline_ms * 1.5) for s in specs]
+                state = PlanInput(intents=specs, node=node, previous=previous, tick=tick)
+                result = kept.allocate(state)
+                assert result == get_policy(name).allocate(state)
+                seen |= {p for d in result.decisions for p in prefixes if p in d.reason}
+                previous = result.by_id()
+    assert seen == prefixes, prefixes - seen
