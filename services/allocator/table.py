@@ -88,8 +88,12 @@ class IntentTable:
         return Rows(*(c[at] for c in every))
 
     def latency(self, idx, p, level=0):
-        """L(p) for rows idx at units p and degradation level (scalar or array)."""
-        return self.take(idx).latency(p, self.level_factor[level])
+        """L(p) for rows idx at units p and degradation level (scalar or array), gathering only
+        the columns the latency formula reads."""
+        return predicted_latency_ms(
+            self.tail1[idx], self.mean1[idx], self.f[idx], p, self.arrival[idx],
+            self.inflation[idx] * self.level_factor[level],
+        )  # fmt: skip
 
     def risk(self, idx, p, level=0):
         return self.take(idx).risk(p, self.level_factor[level])
@@ -250,7 +254,7 @@ def build_table(
         mean1=mean1,
         rel_spread=rel,
         arrival=base.arrival,
-        inflation=np.asarray(inflation, dtype=np.float64) * np.ones(n),
+        inflation=np.asarray(inflation, dtype=np.float64),  # (n,): the row columns broadcast
         uses_gpu=columns.uses_gpu,
         ladder=columns.ladder,
         preemptible=columns.preemptible,
