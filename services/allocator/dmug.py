@@ -225,8 +225,12 @@ class MarginalPhase:
         late = table.latency(rows, self.start[sel], self.level[sel]) > table.deadline[rows]
         return table.has_deadline[rows] & late
 
-    def finish(self, table, sel, kk, g, carry):
-        g = np.minimum(np.minimum.accumulate(g, axis=1), carry[:, None])
+    def finish(self, table, sel, kk, g, carry: np.ndarray | None):
+        """Running minimum (continuing `carry` from an earlier block; None: the first block),
+        then hysteresis; returns the gains and each row's last running-minimum value."""
+        g = np.minimum.accumulate(g, axis=1)
+        if carry is not None:
+            g = np.minimum(g, carry[:, None])
         last = g[:, -1].copy()
         if self.hysteresis and np.count_nonzero(table.prev_units[self.rows[sel]]):
             g = with_hysteresis(
@@ -250,7 +254,7 @@ class MarginalPhase:
         if self.shaped(table, sel)[0]:
             w = min(width, IRON_WIDTH)
             g[:, :w] = iron_rows(g[:, :w])
-        return self.finish(table, sel, kk, g, np.array([np.inf]))[0][0]
+        return self.finish(table, sel, kk, g, None)[0][0]
 
 
 def marginal_phase_reference(table: IntentTable, phase: MarginalPhase) -> np.ndarray:
@@ -293,7 +297,7 @@ def marginal_phase_fast(table: IntentTable, phase: MarginalPhase) -> np.ndarray:
     if np.count_nonzero(shaped):
         iw = min(width, IRON_WIDTH)
         g[shaped, :iw] = iron_rows(g[shaped, :iw])
-    g, carry[live] = phase.finish(table, live, kk, g, carry[live])
+    g, carry[live] = phase.finish(table, live, kk, g, None)
     blocks_g.append(g.ravel())
     blocks_r.append(np.repeat(live, width))
     blocks_k.append(np.arange(live.size * width) % width)

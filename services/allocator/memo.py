@@ -172,7 +172,7 @@ class LastReasons:
     """The reason texts one tick formatted and the columns they were formatted from."""
 
     inputs: Mapping[str, Column]  # every column a reason template reads, one value per row
-    texts: tuple[str, ...]
+    texts: np.ndarray  # object array of str, read-only
     constants: tuple[Any, ...]  # what every row's text reads besides its columns (policy, ...)
 
     def changed(

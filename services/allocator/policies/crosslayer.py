@@ -267,7 +267,7 @@ def reasons(
         texts = np.empty(n, dtype=object)
         rows = np.arange(n)
     else:
-        texts = np.array(last.texts, dtype=object)
+        texts = last.texts.copy()
         # preempted rows name their preemptor (a spec name): always formatted again
         rows = (changed | (outcome == WAS_PREEMPTED)).nonzero()[0]
     shifted = outcome[rows] - _REASON_CODES.start
@@ -298,10 +298,10 @@ def reasons(
             else:
                 args.append(columns[name][idx].tolist())
         texts[idx] = list(map(template.__mod__, zip(*args, strict=True)))
-    out = texts.tolist()
     if memo is not None:
-        memo.reasons = LastReasons(columns, tuple(out), constants)
-    return out
+        texts.flags.writeable = False  # kept for the next tick, which copies it
+        memo.reasons = LastReasons(columns, texts, constants)
+    return texts.tolist()
 
 
 _DECISION_FIELDS = tuple(f.name for f in dataclasses.fields(Decision))
