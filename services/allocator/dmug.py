@@ -288,9 +288,8 @@ def marginal_phase_fast(table: IntentTable, phase: MarginalPhase) -> np.ndarray:
     blocks_g: list[np.ndarray] = []
     blocks_r: list[np.ndarray] = []
     blocks_k: list[np.ndarray] = []
-    if np.count_nonzero(
-        shaped
-    ):  # S-shaped rows need their first IRON_WIDTH increments in one block
+    # S-shaped rows need their first IRON_WIDTH increments in one block
+    if np.count_nonzero(shaped):
         width = max(width, int(min(room[live[shaped]].max(), IRON_WIDTH)))
     kk = np.arange(width)[None, :]  # the same offsets for every row (broadcast)
     g = marginal_gains(table, phase.rows[live], phase.start[live], phase.level[live], kk)

@@ -11,9 +11,12 @@ so object identity is a safe key:
   equal to last tick's (floats compared bit for bit) keeps its Decision object, and only the
   changed rows are built;
 * ``LastReasons``: last tick's reason texts and every column their templates read; a row whose
-  inputs are all equal (bit for bit) keeps its text, and only changed rows are formatted.
+  inputs are all equal (bit for bit) keeps its text, and only changed rows are formatted;
+* ``table.BaseColumns``: what follows from the spec columns and the node's unit capacity alone
+  (caps, minimums, weights, tie rank), kept while both are the same.
 
-Nothing here changes a result: a hit gives the same columns / an equal Decision as a miss. The
+Nothing here changes a result: a hit gives the same columns / an equal Decision / the same
+text as a miss. The
 memo lives on the policy instance (one per allocator loop, experiment run or preview), never in
 a module global; each slot is replaced by one assignment, so a concurrent preview can at worst
 make the next tick miss.
@@ -25,11 +28,14 @@ import itertools
 import operator
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from services.allocator.model import Decision, IntentSpec
+
+if TYPE_CHECKING:
+    from services.allocator.table import BaseColumns
 
 NUMERIC_FIELDS = (
     "priority",
@@ -173,10 +179,10 @@ class LastReasons:
 
     inputs: Mapping[str, Column]  # every column a reason template reads, one value per row
     texts: np.ndarray  # object array of str, read-only
-    constants: tuple[Any, ...]  # what every row's text reads besides its columns (policy, ...)
+    constants: Mapping[str, Any]  # what every row's text reads besides its columns (policy, ...)
 
     def changed(
-        self, n: int, inputs: Mapping[str, Column], constants: tuple[Any, ...]
+        self, n: int, inputs: Mapping[str, Column], constants: Mapping[str, Any]
     ) -> np.ndarray | None:
         """Rows whose text must be formatted again (some input differs, bit for bit), or None
         when no row's text can be kept (another table size or other constants)."""
@@ -192,7 +198,7 @@ class TickMemo:
     spec_columns: SpecColumns | None = None
     last: LastDecisions | None = field(default=None, repr=False)
     reasons: LastReasons | None = field(default=None, repr=False)
-    base: Any = field(default=None, repr=False)  # table.BaseColumns of the last tick's table
+    base: BaseColumns | None = field(default=None, repr=False)  # filled by table.build_table
 
     def columns_for(self, specs: Sequence[IntentSpec]) -> SpecColumns:
         cached = self.spec_columns

@@ -198,7 +198,7 @@ def build_table(
     capacity = max(int(state.node.cpu_units), 0)
     columns = memo.columns_for(specs) if memo is not None else read_spec_columns(specs)
     base = memo.base if memo is not None else None
-    if not (isinstance(base, BaseColumns) and base.source is columns and base.capacity == capacity):
+    if base is None or base.source is not columns or base.capacity != capacity:
         base = base_columns(columns, capacity)
         if memo is not None:
             memo.base = base

@@ -226,7 +226,6 @@ _TEMPLATES = {
     -1: ("%s: %d units (pred p99 %.1f ms for %g ms)", ("policy", "units", "p99", "deadline")),
     BATCH_ADMITTED: ("%s: %d units (next-unit nmu %.3g)", ("policy", "units", "nmu")),
 }  # fmt: skip
-_REASON_CONSTANTS = ("policy", "light")
 _REASON_CODES = range(-2, 11)  # every code a reason can have: -2, -1 and the outcome codes
 
 
@@ -260,7 +259,7 @@ def reasons(
         "cap": table.cap, "free": plan.free_at_ask, "min_units": table.min_units,
         "nmu": plan.nmu, "load": offered_load(table),
     }  # fmt: skip
-    constants = (policy, light_load_cores)
+    constants = {"policy": policy, "light": light_load_cores}
     last = memo.reasons if memo is not None else None
     changed = last.changed(n, columns, constants) if last is not None else None
     if last is None or changed is None:
@@ -291,8 +290,8 @@ def reasons(
         template, names = _TEMPLATES[code]
         args = []
         for name in names:
-            if name in _REASON_CONSTANTS:
-                args.append([constants[_REASON_CONSTANTS.index(name)]] * count)
+            if name in constants:
+                args.append([constants[name]] * count)
             elif name == "level":
                 args.append(_LEVEL_NAMES[plan.level[idx]].tolist())
             else:
