@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from services.allocator import dmug
+from services.allocator.gcpause import cyclic_gc_paused
 from services.allocator.memo import TickMemo
 from services.allocator.model import PlanInput, PlanResult
 from services.allocator.policies.crosslayer import Knobs, decide
@@ -24,9 +25,10 @@ class DmugPolicy:
     memo: TickMemo = field(default_factory=TickMemo, repr=False, compare=False)
 
     def allocate(self, state: PlanInput) -> PlanResult:
-        table, plan = dmug.plan_units(state, self.options, self.memo)
-        rank = dmug.tie_rank(table)
-        return decide(state, table, plan, self.name, self.knobs, rank, self.memo)
+        with cyclic_gc_paused():
+            table, plan = dmug.plan_units(state, self.options, self.memo)
+            rank = dmug.tie_rank(table)
+            return decide(state, table, plan, self.name, self.knobs, rank, self.memo)
 
 
 def parfusion() -> DmugPolicy:

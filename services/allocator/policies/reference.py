@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from services.allocator import dmug
+from services.allocator.gcpause import cyclic_gc_paused
 from services.allocator.memo import TickMemo
 from services.allocator.model import PlanInput, PlanResult
 from services.allocator.policies.crosslayer import Knobs, decide
@@ -100,6 +101,10 @@ class ReferencePolicy:
     memo: TickMemo = field(default_factory=TickMemo, repr=False, compare=False)
 
     def allocate(self, state: PlanInput) -> PlanResult:
+        with cyclic_gc_paused():
+            return self._allocate(state)
+
+    def _allocate(self, state: PlanInput) -> PlanResult:
         table = dmug.build_table(state, self.use_predictor, self.memo)
         capacity = max(int(state.node.cpu_units), 0)
         units, outcome = self.units_fn(table, capacity)
