@@ -3,12 +3,7 @@
 Arguments are floats or numpy arrays and results broadcast. Only + - * /, min/max and
 comparisons are used, so a value computed for one intent alone and the same value computed in a
 10,000-row matrix are bit-identical (the water-filling fast path relies on it to equal the heap
-greedy exactly). docs/algorithm.md derives each one.
-
-The ``*_scalar`` twins are the same expressions in the same order on plain Python floats
-(IEEE-754 doubles, like numpy's float64), so they return the very same bits without numpy's
-per-call overhead; a small table evaluated one intent at a time costs microseconds instead of
-a numpy call per formula. tests/allocator/test_formulas.py checks each pair for equality.
+greedy exactly; tests/allocator/test_formulas.py checks it). docs/algorithm.md derives each one.
 """
 
 from __future__ import annotations
@@ -43,19 +38,6 @@ def predicted_latency_ms(tail1_ms, mean1_ms, f, p, arrival_per_s, factor):
     return np.where(ok, service / (1.0 - np.minimum(rho, MAX_UTILISATION)), LATENCY_CEILING_MS)
 
 
-def predicted_latency_ms_scalar(
-    tail1_ms: float, mean1_ms: float, f: float, p: float, arrival_per_s: float, factor: float
-) -> float:
-    """``predicted_latency_ms`` for one intent, on Python floats (same bits)."""
-    p_safe = max(p, 1)
-    speedup = 1.0 / ((1.0 - f) + f / p_safe)
-    service = tail1_ms * factor / speedup
-    rho = arrival_per_s * (mean1_ms * factor / speedup) / 1000.0
-    if rho < MAX_UTILISATION and p_safe == p:
-        return service / (1.0 - rho)
-    return LATENCY_CEILING_MS
-
-
 def slack_ms(deadline_ms, latency_ms):
     """Slack D - L(p): positive when the predicted tail meets the deadline."""
     return deadline_ms - latency_ms
@@ -71,13 +53,6 @@ def deadline_risk(slack, latency_ms, rel_spread):
     spread = np.maximum(rel_spread * latency_ms, 1e-9)
     z = slack / spread
     return 0.5 * (1.0 - z / (1.0 + np.abs(z)))
-
-
-def deadline_risk_scalar(slack: float, latency_ms: float, rel_spread: float) -> float:
-    """``deadline_risk`` for one intent, on Python floats (same bits)."""
-    spread = max(rel_spread * latency_ms, 1e-9)
-    z = slack / spread
-    return 0.5 * (1.0 - z / (1.0 + abs(z)))
 
 
 def priority_weight(priority):
@@ -101,17 +76,6 @@ def pressure_inflation(cpu, gpu, network, gain, uses_gpu, network_bound):
     """Pressure inflation m = (1 + g*cpu) (1 + g*gpu*[uses GPU]) (1 + g*net*[ONLINE/ROBOT])."""
     gpu = np.minimum(np.maximum(gpu, 0.0), 1.0)
     network = np.minimum(np.maximum(network, 0.0), 1.0)
-    return (
-        (1.0 + gain * cpu) * (1.0 + gain * gpu * uses_gpu) * (1.0 + gain * network * network_bound)
-    )
-
-
-def pressure_inflation_scalar(
-    cpu: float, gpu: float, network: float, gain: float, uses_gpu: float, network_bound: float
-) -> float:
-    """``pressure_inflation`` for one intent, on Python floats (same bits)."""
-    gpu = min(max(gpu, 0.0), 1.0)
-    network = min(max(network, 0.0), 1.0)
     return (
         (1.0 + gain * cpu) * (1.0 + gain * gpu * uses_gpu) * (1.0 + gain * network * network_bound)
     )

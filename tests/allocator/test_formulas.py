@@ -1,5 +1,5 @@
-"""The scalar twins of the D-MUG formulas give the same bits as the vector forms, alone and
-inside a larger array (what a small-table path evaluating one intent at a time relies on)."""
+"""A D-MUG formula gives the same bits for one intent alone and for the same intent inside a
+larger array (what the water-filling fast path relies on to equal the heap greedy exactly)."""
 
 from __future__ import annotations
 
@@ -35,24 +35,20 @@ def in_matrix(fn, *args):
     arrival=st.floats(min_value=0.0, max_value=500.0),
     factor=st.floats(min_value=0.1, max_value=4.0),
 )
-def test_predicted_latency_scalar_equals_vector(tail1, mean1, f, p, arrival, factor):
-    scalar = formulas.predicted_latency_ms_scalar(tail1, mean1, f, p, arrival, factor)
-    vector = formulas.predicted_latency_ms(tail1, mean1, f, p, arrival, factor)
-    assert isinstance(scalar, float)
-    assert same(scalar, float(vector))
+def test_predicted_latency_alone_equals_in_matrix(tail1, mean1, f, p, arrival, factor):
+    alone = float(formulas.predicted_latency_ms(tail1, mean1, f, p, arrival, factor))
     matrix = in_matrix(formulas.predicted_latency_ms, tail1, mean1, f, p, arrival, factor)
-    assert same(scalar, matrix)
+    assert same(alone, matrix)
     if p < 1:
-        assert scalar == formulas.LATENCY_CEILING_MS
+        assert alone == formulas.LATENCY_CEILING_MS
 
 
 @settings(max_examples=300, deadline=None)
 @given(slack=signed, latency=st.floats(min_value=0.0, max_value=1e9), rel=fraction)
-def test_deadline_risk_scalar_equals_vector(slack, latency, rel):
-    scalar = formulas.deadline_risk_scalar(slack, latency, rel)
-    assert same(scalar, float(formulas.deadline_risk(slack, latency, rel)))
-    assert same(scalar, in_matrix(formulas.deadline_risk, slack, latency, rel))
-    assert 0.0 <= scalar <= 1.0
+def test_deadline_risk_alone_equals_in_matrix(slack, latency, rel):
+    alone = float(formulas.deadline_risk(slack, latency, rel))
+    assert same(alone, in_matrix(formulas.deadline_risk, slack, latency, rel))
+    assert 0.0 <= alone <= 1.0
 
 
 @settings(max_examples=200, deadline=None)
@@ -64,17 +60,18 @@ def test_deadline_risk_scalar_equals_vector(slack, latency, rel):
     uses_gpu=st.sampled_from([0.0, 1.0]),
     network_bound=st.sampled_from([0.0, 1.0]),
 )
-def test_pressure_inflation_scalar_equals_vector(cpu, gpu, network, gain, uses_gpu, network_bound):
+def test_pressure_inflation_alone_equals_in_matrix(
+    cpu, gpu, network, gain, uses_gpu, network_bound
+):
     args = (cpu, gpu, network, gain, uses_gpu, network_bound)
-    scalar = formulas.pressure_inflation_scalar(*args)
-    assert same(scalar, float(formulas.pressure_inflation(*args)))
-    assert same(scalar, in_matrix(formulas.pressure_inflation, *args))
-    assert scalar >= 1.0
+    alone = float(formulas.pressure_inflation(*args))
+    assert same(alone, in_matrix(formulas.pressure_inflation, *args))
+    assert alone >= 1.0
 
 
-def test_scalar_latency_is_the_ceiling_at_saturation():
+def test_latency_is_the_ceiling_at_saturation():
     # rho = 100/s * 10 ms / 1000 = 1.0 >= MAX_UTILISATION: the queue does not drain
-    assert formulas.predicted_latency_ms_scalar(10.0, 10.0, 0.0, 1, 100.0, 1.0) == (
+    assert formulas.predicted_latency_ms(10.0, 10.0, 0.0, 1, 100.0, 1.0) == (
         formulas.LATENCY_CEILING_MS
     )
-    assert formulas.predicted_latency_ms_scalar(10.0, 10.0, 0.0, 1, 0.0, 1.0) == 10.0
+    assert formulas.predicted_latency_ms(10.0, 10.0, 0.0, 1, 0.0, 1.0) == 10.0
