@@ -46,3 +46,15 @@ def test_compare_dmug_against_itself_and_refuses_a_non_checkout(tmp_path: Path) 
         cwd=ROOT, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert done.returncode == 2 and "does not hold a PARFusion checkout" in done.stderr
+
+
+def test_gc_pause_alternates_and_reports_every_cell() -> None:
+    out = _run("bench/gc_pause.py", "--sizes", "10", "--ticks", "2", "--heap", "0,100")
+    rows = re.findall(
+        r"^\| 10 \| (plenty|scarce) \| (cold|steady) \| (0|100) \| .* \| (\d+\.\d\d)x \|$",
+        out,
+        re.M,
+    )
+    assert {(c, t, h) for c, t, h, _ in rows} == {
+        (c, t, h) for c in ("plenty", "scarce") for t in ("cold", "steady") for h in ("0", "100")
+    }, out
