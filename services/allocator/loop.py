@@ -29,7 +29,7 @@ from services.allocator.formulas import observation_factor
 from services.allocator.peers import GpuLaneClient, NodeAgentClient
 from services.allocator.policies.registry import get_policy
 from services.allocator.predictor import Predictor
-from services.allocator.store import IntentStore
+from services.allocator.store import IntentStore, StoredIntent
 from services.allocator.watch import PlanFeed, PlanSnapshot
 
 log = logging.getLogger(__name__)
@@ -87,6 +87,9 @@ class ControlLoop:
         self._intents_version = -1
         self._intents: dict[str, intent_pb2.ResourceIntent] = {}
         self._specs: tuple[model.IntentSpec, ...] = ()
+        # per intent id: the stored intent last converted and its spec (see _current_intents)
+        self._converted: dict[str, tuple[StoredIntent, model.IntentSpec]] = {}
+        self._allocation_cache = plans.AllocationCache()  # the ticks' own (not previews')
         self._allocations: dict[str, intent_pb2.Allocation] = {}
         self._policy_error: str | None = None
         self.feed = PlanFeed()
@@ -175,6 +178,7 @@ class ControlLoop:
             generation=generation,
             created_at=created,
             decision_ms=seconds * 1000,
+            cache=self._allocation_cache,
         )
         gpu_plan = plans.gpu_plan(result, intents, node, generation=generation, created_at=created)
         snapshot = PlanSnapshot(node_plan=node_plan, gpu_plan=gpu_plan, generation=generation)
@@ -189,17 +193,29 @@ class ControlLoop:
     def _current_intents(
         self,
     ) -> tuple[tuple[model.IntentSpec, ...], dict[str, intent_pb2.ResourceIntent]]:
-        """The store's intents for this node, converted once per store version."""
-        version, stored = self.store.snapshot()
+        """The store's intents for this node, converted once per store version: only intents
+        the store replaced since (a StoredIntent is replaced, never changed in place, on every
+        submit or update) are converted again; the others keep their IntentSpec object, which
+        lets the policy's memo see them as unchanged."""
         with self._lock:
-            if version == self._intents_version:
+            if self.store.version == self._intents_version:
                 return self._specs, self._intents
+        version, stored = self.store.snapshot()
         mine = [s for s in stored if s.intent.node in ("", self.config.node_name)]
         intents = {s.intent.id: s.intent for s in mine}
-        specs = tuple(convert.intent_to_spec(s.intent, seq=s.seq) for s in mine)
+        with self._lock:
+            converted = self._converted
+        fresh: dict[str, tuple[StoredIntent, model.IntentSpec]] = {}
+        for s in mine:
+            kept = converted.get(s.intent.id)
+            if kept is None or kept[0] is not s:
+                kept = (s, convert.intent_to_spec(s.intent, seq=s.seq))
+            fresh[s.intent.id] = kept
+        specs = tuple(spec for _, spec in fresh.values())
         with self._lock:
             gone = set(self._intents) - set(intents)
             self._intents_version, self._intents, self._specs = version, intents, specs
+            self._converted = fresh
             for intent_id in gone:
                 self._allocations.pop(intent_id, None)
         with self._predictor_lock:

@@ -56,11 +56,16 @@ CLASSES = ("ONLINE", "BATCH", "ROBOT", "URGENT")
 
 
 class DecisionMetrics:
-    """Publishes one tick's decisions and forgets the series of intents no longer planned."""
+    """Publishes one tick's decisions and forgets the series of intents no longer planned.
+
+    A series whose Decision is the very object it was last set from (the policies keep
+    unchanged Decisions, which are frozen) already holds its values and is not set again: at
+    10,000 intents setting four gauges each takes about 110 ms a tick.
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._series: set[tuple[str, str]] = set()
+        self._series: dict[tuple[str, str], model.Decision] = {}  # series -> Decision set from
 
     def record(self, result: model.PlanResult, names: Mapping[str, str], seconds: float) -> None:
         DECISION_SECONDS.labels(result.policy).observe(seconds)
@@ -69,16 +74,20 @@ class DecisionMetrics:
         if result.preemptions:
             PREEMPTIONS.labels(result.policy).inc(result.preemptions)
         TICKS.inc()
-        current: set[tuple[str, str]] = set()
+        with self._lock:
+            last = self._series
+        current: dict[tuple[str, str], model.Decision] = {}
         for d in result.decisions:
             key = (names.get(d.intent_id, d.intent_id), d.intent_id)
-            current.add(key)
+            current[key] = d
+            if last.get(key) is d:
+                continue
             UNITS.labels(*key).set(d.units)
             RISK.labels(*key).set(d.deadline_risk)
             SLACK.labels(*key).set(d.slack_ms / 1000.0)
             NMU.labels(*key).set(d.nmu)
         with self._lock:
-            gone = self._series - current
+            gone = self._series.keys() - current.keys()
             self._series = current
         self._remove(gone)
 
@@ -86,7 +95,7 @@ class DecisionMetrics:
         ids = set(intent_ids)
         with self._lock:
             gone = {key for key in self._series if key[1] in ids}
-            self._series -= gone
+            self._series = {k: d for k, d in self._series.items() if k not in gone}
         self._remove(gone)
 
     @staticmethod

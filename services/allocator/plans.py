@@ -3,6 +3,13 @@
 One Decision per intent becomes one Allocation (workers, cpu set, nice, cgroup plan, GPU lane
 and share, predicted latency, slack, risk, NMU, state); the allocations make the NodePlan,
 the GPU part of each makes the GpuPlan. Both carry the tick's generation and the policy name.
+
+Building 10,000 Allocation messages field by field takes about 100 ms, most of a loop tick at
+that size, while a steady tick changes few of them. ``AllocationCache`` keeps each intent's
+Allocation from the last plan and reuses it while the Decision is the very same object (the
+policies keep unchanged ones, and Decisions are frozen) and the intent is the very same stored
+message (the store replaces an intent's message on every change, never edits it); the NodePlan
+copies the kept messages in, so what it hands out never aliases the cache.
 """
 
 from __future__ import annotations
@@ -82,6 +89,37 @@ def allocation(
     return alloc
 
 
+_Kept = tuple[model.Decision, intent_pb2.ResourceIntent | None, intent_pb2.Allocation]
+
+
+class AllocationCache:
+    """Each intent's Allocation from the last plan built (private: plans get copies)."""
+
+    def __init__(self) -> None:
+        self._kept: dict[str, _Kept] = {}
+
+    def allocations(
+        self,
+        decisions: Sequence[model.Decision],
+        intents: Mapping[str, intent_pb2.ResourceIntent],
+    ) -> list[intent_pb2.Allocation]:
+        """One Allocation per decision, in order; remembers them for the next plan."""
+        old = self._kept
+        new: dict[str, _Kept] = {}
+        out = []
+        for d in decisions:
+            intent = intents.get(d.intent_id)
+            kept = old.get(d.intent_id)
+            if kept is not None and kept[0] is d and kept[1] is intent:
+                alloc = kept[2]
+            else:
+                alloc = allocation(d, intent)
+            new[d.intent_id] = (d, intent, alloc)
+            out.append(alloc)
+        self._kept = new
+        return out
+
+
 def node_plan(
     result: model.PlanResult,
     intents: Mapping[str, intent_pb2.ResourceIntent],
@@ -90,7 +128,9 @@ def node_plan(
     generation: int,
     created_at: Timestamp,
     decision_ms: float,
+    cache: AllocationCache | None = None,
 ) -> intent_pb2.NodePlan:
+    """The tick's NodePlan; with `cache`, unchanged allocations come from the last plan's."""
     plan = intent_pb2.NodePlan(
         node=node.name,
         generation=generation,
@@ -101,7 +141,10 @@ def node_plan(
         decision_ms=decision_ms,
     )
     plan.created_at.CopyFrom(created_at)
-    plan.allocations.extend(allocation(d, intents.get(d.intent_id)) for d in result.decisions)
+    if cache is None:
+        plan.allocations.extend(allocation(d, intents.get(d.intent_id)) for d in result.decisions)
+    else:
+        plan.allocations.extend(cache.allocations(result.decisions, intents))  # copies
     return plan
 
 

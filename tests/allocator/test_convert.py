@@ -202,3 +202,38 @@ def test_decisions_become_allocations_and_gpu_assignments() -> None:
     assert [
         (g.intent_id, g.lane, g.share_percent, g.memory_limit_bytes) for g in gp.assignments
     ] == [("a", "online", 50, 99)]
+
+
+def test_allocation_cache_gives_the_plan_an_uncached_build_gives() -> None:
+    web = intent_pb2.ResourceIntent(
+        id="a", name="web", workload_class=intent_pb2.WORKLOAD_CLASS_ONLINE
+    )
+    job = intent_pb2.ResourceIntent(
+        id="b", name="job", workload_class=intent_pb2.WORKLOAD_CLASS_BATCH
+    )
+    node = model.NodeState(name="node-0", cpu_units=4)
+    ts = Timestamp(seconds=10)
+    cache = plans.AllocationCache()
+
+    def both(decisions, intents):
+        result = model.PlanResult(policy="parfusion", decisions=tuple(decisions))
+        args = (result, intents, node)
+        kw = {"generation": 1, "created_at": ts, "decision_ms": 0.1}
+        return plans.node_plan(*args, **kw, cache=cache), plans.node_plan(*args, **kw)
+
+    a, b = model.Decision("a", 2, cpu_set=(0, 1)), model.Decision("b", 1)
+    cached, plain = both([a, b], {"a": web, "b": job})
+    assert cached == plain
+    cached.allocations[0].units = 99  # a plan handed out never aliases the cache
+    cached, plain = both([a, b], {"a": web, "b": job})
+    assert cached == plain and cached.allocations[0].units == 2
+    # a new Decision object, and a replaced intent message, are built again
+    renamed = intent_pb2.ResourceIntent(
+        id="b", name="job-2", workload_class=intent_pb2.WORKLOAD_CLASS_BATCH
+    )
+    cached, plain = both([model.Decision("a", 3), b], {"a": web, "b": renamed})
+    assert cached == plain
+    assert [(x.units, x.intent_name) for x in cached.allocations] == [(3, "web"), (1, "job-2")]
+    # rows that left and rows in another order
+    cached, plain = both([b], {"b": renamed})
+    assert cached == plain

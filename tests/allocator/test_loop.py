@@ -289,3 +289,20 @@ def test_ticks_on_an_unchanged_store_reuse_the_policys_memo(store: IntentStore) 
         assert memo.spec_columns is not columns and len(memo.spec_columns.specs) == 3
     finally:
         loop.stop()
+
+
+def test_a_store_change_converts_only_the_intents_it_replaced(store: IntentStore) -> None:
+    web, job = submit(store, online_intent("web-k"), batch_intent("job-k"))
+    loop = make_loop(store)
+    before, _ = loop._current_intents()
+    assert loop._current_intents()[0] is before  # same store version: the same tuple
+    (extra,) = submit(store, online_intent("extra-k"))
+    after, _ = loop._current_intents()
+    assert [s.id for s in after] == [web, job, extra]
+    assert after[0] is before[0] and after[1] is before[1]  # unchanged: the same objects
+    store.delete(web)
+    last, intents = loop._current_intents()
+    assert [s.id for s in last] == [job, extra] and set(intents) == {job, extra}
+    assert last[0] is before[1] and last[1] is after[2]
+    plan = loop.tick().node_plan  # type: ignore[union-attr]
+    assert [a.intent_id for a in plan.allocations] == [job, extra]

@@ -1,0 +1,49 @@
+"""Per-intent decision series: set from each tick's Decisions, skipped for the very same
+Decision object, removed when the intent leaves the plan or is forgotten."""
+
+from __future__ import annotations
+
+from prometheus_client import REGISTRY
+
+from services.allocator import model
+from services.allocator.metrics import UNITS, DecisionMetrics
+
+
+def _units(name: str, intent_id: str) -> float | None:
+    return REGISTRY.get_sample_value(
+        "parfusion_dmug_units", {"intent": name, "intent_id": intent_id}
+    )
+
+
+def _record(m: DecisionMetrics, *decisions: model.Decision) -> None:
+    names = {d.intent_id: f"n-{d.intent_id}" for d in decisions}
+    m.record(model.PlanResult(policy="parfusion", decisions=decisions), names, 0.001)
+
+
+def test_series_follow_the_decisions() -> None:
+    m = DecisionMetrics()
+    a, b = model.Decision("m-a", 2), model.Decision("m-b", 3)
+    _record(m, a, b)
+    assert (_units("n-m-a", "m-a"), _units("n-m-b", "m-b")) == (2, 3)
+    _record(m, model.Decision("m-a", 5), b)
+    assert (_units("n-m-a", "m-a"), _units("n-m-b", "m-b")) == (5, 3)
+    _record(m, b)
+    assert _units("n-m-a", "m-a") is None and _units("n-m-b", "m-b") == 3
+    m.forget(["m-b"])
+    assert _units("n-m-b", "m-b") is None
+
+
+def test_the_same_decision_object_is_not_set_again_but_a_forgotten_series_is() -> None:
+    m = DecisionMetrics()
+    a = model.Decision("m-c", 4)
+    _record(m, a)
+    UNITS.labels("n-m-c", "m-c").set(-1)  # a write the skip would leave in place
+    _record(m, a)
+    assert _units("n-m-c", "m-c") == -1  # the very same Decision: not set again
+    _record(m, model.Decision("m-c", 4))
+    assert _units("n-m-c", "m-c") == 4  # an equal but new Decision is set
+    kept = m._series[("n-m-c", "m-c")]
+    m.forget(["m-c"])
+    assert _units("n-m-c", "m-c") is None
+    _record(m, kept)
+    assert _units("n-m-c", "m-c") == 4  # forgotten: the same object sets the series again
