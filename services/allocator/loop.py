@@ -90,7 +90,11 @@ class ControlLoop:
         # per intent id: the stored intent last converted and its spec (see _current_intents)
         self._converted: dict[str, tuple[StoredIntent, model.IntentSpec]] = {}
         self._allocation_cache = plans.AllocationCache()  # the ticks' own (not previews')
-        self._allocations: dict[str, intent_pb2.Allocation] = {}
+        # the last NodePlan, and per intent id its row there and its workers (plain ints: kept
+        # without holding 10,000 message wrappers for the garbage collector to walk)
+        self._plan: intent_pb2.NodePlan | None = None
+        self._plan_rows: dict[str, int] = {}
+        self._workers: dict[str, int] = {}
         self._policy_error: str | None = None
         self.feed = PlanFeed()
         self.metrics = metrics.DecisionMetrics()
@@ -182,8 +186,11 @@ class ControlLoop:
         )
         gpu_plan = plans.gpu_plan(result, intents, node, generation=generation, created_at=created)
         snapshot = PlanSnapshot(node_plan=node_plan, gpu_plan=gpu_plan, generation=generation)
+        rows, workers = {}, {}
+        for k, a in enumerate(node_plan.allocations):
+            rows[a.intent_id], workers[a.intent_id] = k, a.workers
         with self._lock:
-            self._allocations = {a.intent_id: a for a in node_plan.allocations}
+            self._plan, self._plan_rows, self._workers = node_plan, rows, workers
         self.feed.publish(snapshot)
         self.metrics.record(result, {i: p.name for i, p in intents.items()}, seconds)
         metrics.set_node_stale(node.stale)
@@ -217,7 +224,8 @@ class ControlLoop:
             self._intents_version, self._intents, self._specs = version, intents, specs
             self._converted = fresh
             for intent_id in gone:
-                self._allocations.pop(intent_id, None)
+                self._plan_rows.pop(intent_id, None)
+                self._workers.pop(intent_id, None)
         with self._predictor_lock:
             for intent_id in gone:
                 self.predictor.forget(intent_id)
@@ -302,7 +310,7 @@ class ControlLoop:
         decision's degradation level, the node's pressure), so it can rescale them to NORMAL."""
         workers = {p.intent_id: p.workers for p in node.pools}
         with self._lock:
-            allocated = {i: a.workers for i, a in self._allocations.items()}
+            allocated = dict(self._workers)
             previous = self._previous
             specs = {s.id: s for s in self._specs}
             node_state = self._node_state()
@@ -358,7 +366,8 @@ class ControlLoop:
 
     def allocation(self, intent_id: str) -> intent_pb2.Allocation | None:
         with self._lock:
-            return self._allocations.get(intent_id)
+            row = self._plan_rows.get(intent_id)
+            return None if row is None or self._plan is None else self._plan.allocations[row]
 
     def node_state(self) -> model.NodeState:
         """The NodeState the next tick would plan on."""

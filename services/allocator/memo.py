@@ -4,16 +4,23 @@ The allocator loop hands the policy the same immutable IntentSpec objects every 
 store has not changed, and the previous tick's Decision objects as ``previous``. Both are frozen,
 so object identity is a safe key:
 
-* ``SpecColumns``: the intents' own fields as columns, re-read only when some spec object is
-  not the one the columns were read from (any submit, update or delete gives new objects);
+* ``SpecColumns``: the intents' own fields as columns, kept while the spec objects are the ones
+  they were read from; when some are not (a submit, update or delete: the loop converts only
+  the intents the store replaced and keeps the other spec objects), only the new objects are
+  read and the rest are gathered from the old columns;
 * ``LastDecisions``: the Decision objects the policy built last tick and the field columns they
-  were built from. When ``previous`` holds exactly those objects, a row whose new fields are all
-  equal to last tick's (floats compared bit for bit) keeps its Decision object, and only the
-  changed rows are built;
+  were built from. A row whose new fields are all equal (floats compared bit for bit) to those
+  of last tick's row for the same intent id keeps that Decision object, and only the other rows
+  are built; when ``previous`` holds exactly those objects, the previous units and dwell ticks
+  come from their columns instead of attribute reads;
 * ``LastReasons``: last tick's reason texts and every column their templates read; a row whose
-  inputs are all equal (bit for bit) keeps its text, and only changed rows are formatted;
+  inputs are all equal (bit for bit) to last tick's for the same intent id keeps its text, and
+  only the other rows are formatted;
 * ``table.BaseColumns``: what follows from the spec columns and the node's unit capacity alone
   (caps, minimums, weights, tie rank), kept while both are the same.
+
+Rows are matched by intent id (``changed_from``), so an intent added or dropped, which moves
+the later rows, leaves the others' Decisions and texts in place.
 
 Nothing here changes a result: a hit gives the same columns / an equal Decision / the same
 text as a miss. The
@@ -27,7 +34,7 @@ from __future__ import annotations
 import itertools
 import operator
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -56,6 +63,7 @@ _OTHER_GETTERS = tuple(
          "gpu_stream_priority_hint", "gpu_concurrency"),
     )
 )  # fmt: skip
+_ID = operator.attrgetter("id")
 CLASS_CODES = {"ONLINE": 0, "BATCH": 1, "ROBOT": 2, "URGENT": 3}
 _BATCH_CODE = CLASS_CODES["BATCH"]
 
@@ -88,6 +96,36 @@ class SpecColumns:
         """Whether these columns were read from exactly these spec objects, in this order."""
         own = self.specs
         return specs is own or (len(specs) == len(own) and all(map(operator.is_, specs, own)))
+
+    def updated(self, specs: Sequence[IntentSpec]) -> SpecColumns:
+        """The columns of `specs`: rows whose spec object is one of these columns' are gathered
+        from them, only the other specs are read (all of them when they are most)."""
+        n = len(specs)
+        # ids of objects these columns hold (self.specs keeps them alive), so a match is the object
+        at = {id(spec): i for i, spec in enumerate(self.specs)}
+        src = np.fromiter(map(at.get, map(id, specs), itertools.repeat(-1)), np.int64, n)
+        new_rows = (src < 0).nonzero()[0]
+        if 2 * new_rows.size >= n:
+            return read_spec_columns(specs)
+        part = read_spec_columns([specs[i] for i in new_rows.tolist()])
+        old_rows = (src >= 0).nonzero()[0]
+        taken = src[old_rows]
+
+        def merged(name: str) -> np.ndarray:
+            old, new = getattr(self, name), getattr(part, name)
+            axis = 1 if name == "numeric" else 0  # numeric is (field, row); the rest (row, ...)
+            shape = list(old.shape)
+            shape[axis] = n
+            out = np.empty(shape, dtype=old.dtype)
+            at_rows: list[Any] = [slice(None)] * old.ndim
+            at_rows[axis] = old_rows
+            out[tuple(at_rows)] = np.take(old, taken, axis=axis)
+            at_rows[axis] = new_rows
+            out[tuple(at_rows)] = new
+            return _frozen(out)
+
+        arrays = {f.name: merged(f.name) for f in fields(self) if f.name not in ("specs", "ids")}
+        return SpecColumns(specs=tuple(specs), ids=tuple(map(_ID, specs)), **arrays)
 
 
 def read_spec_columns(specs: Sequence[IntentSpec]) -> SpecColumns:
@@ -131,6 +169,12 @@ class LastDecisions:
     columns: Mapping[str, Column]  # one per Decision field
     level: np.ndarray  # degradation level index per row
 
+    @property
+    def ids(self) -> Sequence[str]:
+        """The intent id of each row (the table's ids tuple)."""
+        ids: Sequence[str] = self.columns["intent_id"]  # type: ignore[assignment]
+        return ids
+
     def tick_columns(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """units, since_tick, level_since_tick and level index of these Decisions, as int64."""
         names = ("units", "since_tick", "level_since_tick")
@@ -173,6 +217,46 @@ def changed_rows(n: int, new: Mapping[str, Column], old: Mapping[str, Column]) -
     return changed
 
 
+def row_map(old_ids: Sequence[str], new_ids: Sequence[str]) -> np.ndarray | None:
+    """Per new row, the old row of the same intent id (-1: a new intent); None when the ids are
+    the same sequence (rows align as they are)."""
+    if old_ids is new_ids or old_ids == new_ids:
+        return None
+    at = {intent_id: i for i, intent_id in enumerate(old_ids)}
+    return np.fromiter(map(at.get, new_ids, itertools.repeat(-1)), np.int64, len(new_ids))
+
+
+def aligned(old: Mapping[str, Column], src: np.ndarray | None) -> dict[str, Column]:
+    """Old columns gathered to the new rows (`src` from row_map; a -1 row gets some old row's
+    value, which ``changed_from`` marks changed anyway)."""
+    if src is None:
+        return dict(old)
+    at = np.maximum(src, 0)
+    rows = at.tolist()
+    return {
+        name: column[at] if isinstance(column, np.ndarray) else [column[j] for j in rows]
+        for name, column in old.items()
+    }
+
+
+def changed_from(
+    n: int,
+    new: Mapping[str, Column],
+    old: Mapping[str, Column],
+    old_ids: Sequence[str],
+    new_ids: Sequence[str],
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """``changed_rows`` against last tick's columns matched by intent id (intents added,
+    dropped or moved since), and the row map used (None: rows aligned as they are)."""
+    if not old_ids:
+        return np.ones(n, dtype=bool), None
+    src = row_map(old_ids, new_ids)
+    changed = changed_rows(n, new, aligned(old, src))
+    if src is not None:
+        changed |= src < 0
+    return changed, src
+
+
 @dataclass(frozen=True)
 class LastReasons:
     """The reason texts one tick formatted and the columns they were formatted from."""
@@ -180,15 +264,19 @@ class LastReasons:
     inputs: Mapping[str, Column]  # every column a reason template reads, one value per row
     texts: np.ndarray  # object array of str, read-only
     constants: Mapping[str, Any]  # what every row's text reads besides its columns (policy, ...)
+    ids: Sequence[str] = ()  # the intent id of each row
 
-    def changed(
-        self, n: int, inputs: Mapping[str, Column], constants: Mapping[str, Any]
-    ) -> np.ndarray | None:
-        """Rows whose text must be formatted again (some input differs, bit for bit), or None
-        when no row's text can be kept (another table size or other constants)."""
-        if constants != self.constants or len(self.texts) != n:
+    def kept(
+        self, ids: Sequence[str], inputs: Mapping[str, Column], constants: Mapping[str, Any]
+    ) -> tuple[np.ndarray, np.ndarray] | None:
+        """(this tick's rows whose text must be formatted again: a new intent or some input
+        differs, bit for bit; last tick's texts moved to this tick's rows), or None when no
+        text can be kept (other constants)."""
+        if constants != self.constants or not self.ids:
             return None
-        return changed_rows(n, inputs, self.inputs)
+        changed, src = changed_from(len(ids), inputs, self.inputs, self.ids, ids)
+        texts = self.texts.copy() if src is None else self.texts[np.maximum(src, 0)]
+        return changed, texts
 
 
 @dataclass
@@ -204,6 +292,6 @@ class TickMemo:
         cached = self.spec_columns
         if cached is not None and cached.read_from(specs):
             return cached
-        fresh = read_spec_columns(specs)
+        fresh = read_spec_columns(specs) if cached is None else cached.updated(specs)
         self.spec_columns = fresh
         return fresh

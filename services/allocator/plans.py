@@ -110,12 +110,12 @@ class AllocationCache:
         for d in decisions:
             intent = intents.get(d.intent_id)
             kept = old.get(d.intent_id)
-            if kept is not None and kept[0] is d and kept[1] is intent:
-                alloc = kept[2]
-            else:
-                alloc = allocation(d, intent)
-            new[d.intent_id] = (d, intent, alloc)
-            out.append(alloc)
+            if kept is None or kept[0] is not d or kept[1] is not intent:
+                # only a rebuilt row makes a new entry: a steady plan adds nothing long-lived
+                # for the garbage collector to walk
+                kept = (d, intent, allocation(d, intent))
+            new[d.intent_id] = kept
+            out.append(kept[2])
         self._kept = new
         return out
 

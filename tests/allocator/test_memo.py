@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from services.allocator import dmug
-from services.allocator.memo import TickMemo, changed_rows
+from services.allocator.memo import TickMemo, changed_rows, read_spec_columns
 from services.allocator.model import (
     DmugConfig,
     IntentSpec,
@@ -119,6 +119,41 @@ def test_unchanged_rows_keep_their_decision_objects():
     assert all(a is b for a, b in zip(r3.decisions, r2.decisions, strict=True))
 
 
+def _same_objects_where_equal(before, after) -> int:
+    """Pairs that are equal must be the very same object; returns how many there are."""
+    equal = [(a, b) for a, b in zip(before, after, strict=True) if a == b]
+    assert all(a is b for a, b in equal)
+    return len(equal)
+
+
+def test_rows_keep_their_decisions_and_texts_when_intents_come_and_go():
+    """Rows are matched to last tick's by intent id: with an intent added, or a dropped one
+    moving every later row up, each row whose Decision (or text) is unchanged keeps the very
+    object it had."""
+    specs = tuple(
+        IntentSpec(id=f"i{k}", name=f"w{k}", workload_class=cls, deadline_ms=dl, min_units=2,
+                   max_units=5, seq=k)
+        for k, (cls, dl) in enumerate([("ONLINE", 40.0), ("BATCH", 0.0), ("ROBOT", 30.0)])
+    )  # fmt: skip
+    added = IntentSpec(id="n", name="new", workload_class="ONLINE", deadline_ms=35.0,
+                       min_units=2, max_units=5, seq=9)  # fmt: skip
+    kept = get_policy("parfusion")
+    r1 = kept.allocate(PlanInput(intents=specs, node=_node(64), tick=1))
+    texts1 = kept.memo.reasons.texts  # type: ignore[union-attr]
+    state = PlanInput(intents=(*specs, added), node=_node(64), previous=r1.by_id(), tick=2)
+    r2 = kept.allocate(state)
+    assert r2 == get_policy("parfusion").allocate(state)
+    assert _same_objects_where_equal(r1.decisions, r2.decisions[:3]) >= 1
+    texts2 = kept.memo.reasons.texts  # type: ignore[union-attr]
+    assert _same_objects_where_equal(texts1, texts2[:3]) == 3
+    state = PlanInput(intents=(*specs[1:], added), node=_node(64), previous=r2.by_id(), tick=3)
+    r3 = kept.allocate(state)
+    assert r3 == get_policy("parfusion").allocate(state)
+    assert _same_objects_where_equal(r2.decisions[1:], r3.decisions) >= 1
+    texts3 = kept.memo.reasons.texts  # type: ignore[union-attr]
+    assert _same_objects_where_equal(texts2[1:], texts3) >= 3
+
+
 def test_only_rows_whose_inputs_changed_are_formatted_again():
     specs = tuple(
         IntentSpec(id=f"i{k}", name=f"w{k}", workload_class=cls, deadline_ms=dl, min_units=2,
@@ -153,6 +188,40 @@ def test_changed_spec_object_rereads_columns():
     assert memo.columns_for(specs).numeric[2, 0] == 3.0
 
 
+def _columns_equal(a, b) -> None:
+    for f in dataclasses.fields(a):
+        x, y = getattr(a, f.name), getattr(b, f.name)
+        if isinstance(x, np.ndarray):
+            assert x.dtype == y.dtype and x.shape == y.shape, f.name
+            assert np.array_equal(x, y) and not x.flags.writeable, f.name
+        else:
+            assert x == y, f.name
+
+
+def test_columns_of_changed_specs_are_read_alone_and_the_rest_gathered():
+    specs = [
+        IntentSpec(id=f"s{k}", name=f"s{k}", workload_class=cls, priority=k * 50,
+                   deadline_ms=dl, min_units=1 + k % 3, max_units=k, gpu_lane="gl" if k % 2 else "",
+                   degradation=("NORMAL", "FP16") if k % 3 else ("NORMAL",), preemptible=k % 2 == 0,
+                   gpu_concurrency=k, seq=k)
+        for k, (cls, dl) in enumerate([("ONLINE", 40.0), ("BATCH", 0.0), ("ROBOT", 30.0),
+                                       ("URGENT", 5.0), ("BATCH", 0.0), ("ONLINE", 12.0)])
+    ]  # fmt: skip
+    memo = TickMemo()
+    memo.columns_for(specs)
+    changed = dataclasses.replace(specs[2], min_units=4, degradation=("NORMAL", "INT8"))
+    added = IntentSpec(id="s9", name="s9", workload_class="URGENT", deadline_ms=3.0, seq=9)
+    for step in (
+        [*specs[:2], changed, *specs[3:]],  # one replaced
+        [*specs, added],  # one added
+        specs[1:],  # the first dropped: every row moves up
+        [specs[5], specs[0], specs[3], added, specs[1]],  # reordered, dropped and added
+    ):
+        got = memo.columns_for(step)
+        _columns_equal(got, read_spec_columns(step))
+        memo.columns_for(specs)  # back to the first columns for the next step
+
+
 def test_cached_columns_are_read_only():
     a = IntentSpec(id="a", name="a", workload_class="ONLINE", deadline_ms=10.0)
     table = dmug.build_table(PlanInput(intents=(a,), node=_node(4)), memo=TickMemo())
@@ -176,7 +245,7 @@ def test_capacity_derived_columns_follow_the_node():
 
 def test_foreign_previous_plan_builds_every_decision():
     """A previous plan not built by this policy instance (another policy, a restart) is read
-    field by field, never matched against the memo's columns."""
+    field by field (its units and dwell ticks), never taken from the memo's columns."""
     specs = (
         IntentSpec(id="a", name="a", workload_class="ONLINE", deadline_ms=25.0, min_units=2),
         IntentSpec(id="b", name="b", workload_class="BATCH", min_units=1, max_units=6),

@@ -40,7 +40,7 @@ from services.allocator.dmug import (
     cpu_pressure,
     offered_load,
 )
-from services.allocator.memo import Column, LastDecisions, LastReasons, TickMemo, changed_rows
+from services.allocator.memo import Column, LastDecisions, LastReasons, TickMemo, changed_from
 from services.allocator.model import (
     DEGRADATION_ORDER,
     Decision,
@@ -241,8 +241,9 @@ def reasons(
     Built one outcome group at a time (the groups are slices of one stable sort by code), each
     group's strings by one %-template mapped over its columns (C-level formatting), scattered
     back by index. With `memo`, a row whose code and template columns all equal last tick's
-    keeps last tick's text and only the other rows are formatted: at 10,000 intents the
-    formatting is a visible part of the tick.
+    for the same intent (matched by id, so intents added or dropped since do not disturb the
+    others) keeps last tick's text and only the other rows are formatted: at 10,000 intents
+    the formatting is a visible part of the tick.
     """
     n = table.n
     units, need = plan.units, plan.need
@@ -261,12 +262,12 @@ def reasons(
     }  # fmt: skip
     constants = {"policy": policy, "light": light_load_cores}
     last = memo.reasons if memo is not None else None
-    changed = last.changed(n, columns, constants) if last is not None else None
-    if last is None or changed is None:
+    kept = last.kept(table.ids, columns, constants) if last is not None else None
+    if kept is None:
         texts = np.empty(n, dtype=object)
         rows = np.arange(n)
     else:
-        texts = last.texts.copy()
+        changed, texts = kept
         # preempted rows name their preemptor (a spec name): always formatted again
         rows = (changed | (outcome == WAS_PREEMPTED)).nonzero()[0]
     shifted = outcome[rows] - _REASON_CODES.start
@@ -299,7 +300,7 @@ def reasons(
         texts[idx] = list(map(template.__mod__, zip(*args, strict=True)))
     if memo is not None:
         texts.flags.writeable = False  # kept for the next tick, which copies it
-        memo.reasons = LastReasons(columns, texts, constants)
+        memo.reasons = LastReasons(columns, texts, constants, table.ids)
     return texts.tolist()
 
 
@@ -363,24 +364,22 @@ def _rows_of(column: Column, rows: np.ndarray) -> list:
     return [column[i] for i in rows.tolist()]
 
 
-def reuse_or_build(
-    n: int,
-    previous: list[Decision] | None,
-    memo: TickMemo | None,
-    level: np.ndarray,
-    **columns: Column,
-) -> tuple[Decision, ...]:
-    """The tick's Decisions: when `previous` is what this policy built last tick, rows whose
-    fields all equal last tick's keep their Decision object and only changed rows are built
-    (an equal result, without 23 field writes per unchanged intent). Remembers the result."""
+def reuse_or_build(n: int, memo: TickMemo | None, level: np.ndarray, **columns: Column):
+    """The tick's Decisions: a row whose fields all equal those of the Decision this policy
+    built last tick for the same intent (matched by id) keeps that Decision object, and only
+    the other rows are built (an equal result, without 23 field writes per unchanged intent).
+    Remembers the result."""
     last = memo.last if memo is not None else None
-    if previous is not None and last is not None and last.built(previous):
-        rows = changed_rows(n, columns, last.columns).nonzero()[0]
-        if rows.size == 0:
-            decisions = tuple(previous)
+    if last is not None and last.decisions:
+        ids: Sequence[str] = columns["intent_id"]  # type: ignore[assignment]  # the table's ids
+        changed, src = changed_from(n, columns, last.columns, last.ids, ids)
+        rows = changed.nonzero()[0]
+        own = last.decisions
+        if src is None and rows.size == 0:
+            decisions = own
         else:
+            kept = list(own) if src is None else [own[j] for j in np.maximum(src, 0).tolist()]
             built = build_decisions(rows.size, **{k: _rows_of(c, rows) for k, c in columns.items()})
-            kept = list(previous)
             for i, decision in zip(rows.tolist(), built, strict=True):
                 kept[i] = decision
             decisions = tuple(kept)
@@ -491,7 +490,6 @@ def decide(
     level_names = _LEVEL_NAMES[plan.level].tolist()
     decisions = reuse_or_build(
         n,
-        table.previous,
         memo,
         plan.level,
         intent_id=table.ids,
