@@ -87,8 +87,8 @@ class ControlLoop:
         self._intents_version = -1
         self._intents: dict[str, intent_pb2.ResourceIntent] = {}
         self._specs: tuple[model.IntentSpec, ...] = ()
-        # per intent id: the stored intent last converted and its spec (see _current_intents)
-        self._converted: dict[str, tuple[StoredIntent, model.IntentSpec]] = {}
+        # per stored intent (by object): it and its spec (see _current_intents)
+        self._converted: dict[int, tuple[StoredIntent, model.IntentSpec]] = {}
         self._allocation_cache = plans.AllocationCache()  # the ticks' own (not previews')
         # the last NodePlan, and per intent id its row there and its workers (plain ints: kept
         # without holding 10,000 message wrappers for the garbage collector to walk)
@@ -186,13 +186,12 @@ class ControlLoop:
         )
         gpu_plan = plans.gpu_plan(result, intents, node, generation=generation, created_at=created)
         snapshot = PlanSnapshot(node_plan=node_plan, gpu_plan=gpu_plan, generation=generation)
-        rows, workers = {}, {}
-        for k, a in enumerate(node_plan.allocations):
-            rows[a.intent_id], workers[a.intent_id] = k, a.workers
+        rows = {d.intent_id: k for k, d in enumerate(result.decisions)}  # the plan's order
+        workers = self._allocation_cache.workers()
         with self._lock:
             self._plan, self._plan_rows, self._workers = node_plan, rows, workers
         self.feed.publish(snapshot)
-        self.metrics.record(result, {i: p.name for i, p in intents.items()}, seconds)
+        self.metrics.record(result, {s.id: s.name for s in specs}, seconds)
         metrics.set_node_stale(node.stale)
         self._push(snapshot)
         return snapshot
@@ -208,17 +207,21 @@ class ControlLoop:
             if self.store.version == self._intents_version:
                 return self._specs, self._intents
         version, stored = self.store.snapshot()
-        mine = [s for s in stored if s.intent.node in ("", self.config.node_name)]
-        intents = {s.intent.id: s.intent for s in mine}
         with self._lock:
             converted = self._converted
-        fresh: dict[str, tuple[StoredIntent, model.IntentSpec]] = {}
-        for s in mine:
-            kept = converted.get(s.intent.id)
+        fresh: dict[int, tuple[StoredIntent, model.IntentSpec]] = {}
+        for s in stored:
+            # keyed by object: every object in `converted` is alive (held there), so a match is
+            # the very StoredIntent; reading the spec's plain fields below, not the message's,
+            # keeps an unchanged intent to a few dict operations
+            kept = converted.get(id(s))
             if kept is None or kept[0] is not s:
                 kept = (s, convert.intent_to_spec(s.intent, seq=s.seq))
-            fresh[s.intent.id] = kept
-        specs = tuple(spec for _, spec in fresh.values())
+            fresh[id(s)] = kept
+        here = ("", self.config.node_name)
+        mine = [(s, spec) for s, spec in fresh.values() if spec.node in here]
+        specs = tuple(spec for _, spec in mine)
+        intents = {spec.id: s.intent for s, spec in mine}
         with self._lock:
             gone = set(self._intents) - set(intents)
             self._intents_version, self._intents, self._specs = version, intents, specs
@@ -231,9 +234,8 @@ class ControlLoop:
                 self.predictor.forget(intent_id)
         self.metrics.forget(gone)
         counts: dict[str, int] = {}
-        for s in stored:
-            cls = convert.CLASS_TO_MODEL.get(s.intent.workload_class, "")
-            counts[cls] = counts.get(cls, 0) + 1
+        for _, spec in fresh.values():
+            counts[spec.workload_class] = counts.get(spec.workload_class, 0) + 1
         metrics.set_intent_counts(counts)
         return specs, intents
 

@@ -93,6 +93,8 @@ class DecisionMetrics:
 
     def forget(self, intent_ids: Iterable[str]) -> None:
         ids = set(intent_ids)
+        if not ids:
+            return
         with self._lock:
             gone = {key for key in self._series if key[1] in ids}
             self._series = {k: d for k, d in self._series.items() if k not in gone}

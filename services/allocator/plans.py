@@ -6,10 +6,13 @@ the GPU part of each makes the GpuPlan. Both carry the tick's generation and the
 
 Building 10,000 Allocation messages field by field takes about 100 ms, most of a loop tick at
 that size, while a steady tick changes few of them. ``AllocationCache`` keeps each intent's
-Allocation from the last plan and reuses it while the Decision is the very same object (the
-policies keep unchanged ones, and Decisions are frozen) and the intent is the very same stored
-message (the store replaces an intent's message on every change, never edits it); the NodePlan
-copies the kept messages in, so what it hands out never aliases the cache.
+Allocation from the last plan, serialized as a NodePlan entry (a NodePlan holding only that
+allocation), and reuses it while the Decision is the very same object (the policies keep
+unchanged ones, and Decisions are frozen) and the intent is the very same stored message (the
+store replaces an intent's message on every change, never edits it). The NodePlan is parsed
+once from its header and the entries: protobuf's wire format appends repeated fields when
+serialized messages are concatenated, so the result equals the one built field by field, and
+nothing handed out aliases the cache.
 """
 
 from __future__ import annotations
@@ -89,21 +92,21 @@ def allocation(
     return alloc
 
 
-_Kept = tuple[model.Decision, intent_pb2.ResourceIntent | None, intent_pb2.Allocation]
+_Kept = tuple[model.Decision, intent_pb2.ResourceIntent | None, bytes, int]
 
 
 class AllocationCache:
-    """Each intent's Allocation from the last plan built (private: plans get copies)."""
+    """Each intent's Allocation from the last plan built, as its serialized NodePlan entry."""
 
     def __init__(self) -> None:
         self._kept: dict[str, _Kept] = {}
 
-    def allocations(
+    def entries(
         self,
         decisions: Sequence[model.Decision],
         intents: Mapping[str, intent_pb2.ResourceIntent],
-    ) -> list[intent_pb2.Allocation]:
-        """One Allocation per decision, in order; remembers them for the next plan."""
+    ) -> list[bytes]:
+        """One serialized entry per decision, in order; remembers them for the next plan."""
         old = self._kept
         new: dict[str, _Kept] = {}
         out = []
@@ -113,11 +116,17 @@ class AllocationCache:
             if kept is None or kept[0] is not d or kept[1] is not intent:
                 # only a rebuilt row makes a new entry: a steady plan adds nothing long-lived
                 # for the garbage collector to walk
-                kept = (d, intent, allocation(d, intent))
+                alloc = allocation(d, intent)
+                entry = intent_pb2.NodePlan(allocations=[alloc]).SerializeToString()
+                kept = (d, intent, entry, alloc.workers)
             new[d.intent_id] = kept
             out.append(kept[2])
         self._kept = new
         return out
+
+    def workers(self) -> dict[str, int]:
+        """Allocation.workers per intent id, of the last plan built."""
+        return {intent_id: kept[3] for intent_id, kept in self._kept.items()}
 
 
 def node_plan(
@@ -143,9 +152,10 @@ def node_plan(
     plan.created_at.CopyFrom(created_at)
     if cache is None:
         plan.allocations.extend(allocation(d, intents.get(d.intent_id)) for d in result.decisions)
-    else:
-        plan.allocations.extend(cache.allocations(result.decisions, intents))  # copies
-    return plan
+        return plan
+    # serialized messages concatenate as a merge, which appends repeated fields: one parse
+    entries = cache.entries(result.decisions, intents)
+    return intent_pb2.NodePlan.FromString(plan.SerializeToString() + b"".join(entries))
 
 
 def gpu_plan(

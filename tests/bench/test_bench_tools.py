@@ -58,3 +58,11 @@ def test_gc_pause_alternates_and_reports_every_cell() -> None:
     assert {(c, t, h) for c, t, h, _ in rows} == {
         (c, t, h) for c in ("plenty", "scarce") for t in ("cold", "steady") for h in ("0", "100")
     }, out
+
+
+def test_bench_loop_times_steady_submit_and_delete_ticks() -> None:
+    out = _run("bench/bench_loop.py", "--sizes", "40", "--ticks", "2", "--rounds", "2")
+    rows = re.findall(
+        r"^\| 40 \| (steady|submit|delete) \| [\d.]+ \([\d.]+\) \| [\d.]+ \| (\d+) \|", out, re.M
+    )
+    assert rows == [("steady", "2"), ("submit", "2"), ("delete", "2")], out
