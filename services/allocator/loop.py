@@ -90,6 +90,8 @@ class ControlLoop:
         # per stored intent (by object): it and its spec (see _current_intents)
         self._converted: dict[int, tuple[StoredIntent, model.IntentSpec]] = {}
         self._allocation_cache = plans.AllocationCache()  # the ticks' own (not previews')
+        self._names: dict[str, str] = {}  # the ticks' own: intent id -> name, for the gauges
+        self._names_of: tuple[model.IntentSpec, ...] | None = None
         # the last NodePlan, and per intent id its row there and its workers (plain ints: kept
         # without holding 10,000 message wrappers for the garbage collector to walk)
         self._plan: intent_pb2.NodePlan | None = None
@@ -186,12 +188,13 @@ class ControlLoop:
         )
         gpu_plan = plans.gpu_plan(result, intents, node, generation=generation, created_at=created)
         snapshot = PlanSnapshot(node_plan=node_plan, gpu_plan=gpu_plan, generation=generation)
-        rows = {d.intent_id: k for k, d in enumerate(result.decisions)}  # the plan's order
-        workers = self._allocation_cache.workers()
+        rows, workers = self._allocation_cache.rows, self._allocation_cache.workers
         with self._lock:
             self._plan, self._plan_rows, self._workers = node_plan, rows, workers
         self.feed.publish(snapshot)
-        self.metrics.record(result, {s.id: s.name for s in specs}, seconds)
+        if specs is not self._names_of:  # the intents' names, once per spec tuple
+            self._names, self._names_of = {s.id: s.name for s in specs}, specs
+        self.metrics.record(result, self._names, seconds)
         metrics.set_node_stale(node.stale)
         self._push(snapshot)
         return snapshot
@@ -226,9 +229,9 @@ class ControlLoop:
             gone = set(self._intents) - set(intents)
             self._intents_version, self._intents, self._specs = version, intents, specs
             self._converted = fresh
-            for intent_id in gone:
-                self._plan_rows.pop(intent_id, None)
-                self._workers.pop(intent_id, None)
+            if gone:  # replaced, not changed: the allocation cache hands out these dicts
+                self._plan_rows = {i: k for i, k in self._plan_rows.items() if i not in gone}
+                self._workers = {i: w for i, w in self._workers.items() if i not in gone}
         with self._predictor_lock:
             for intent_id in gone:
                 self.predictor.forget(intent_id)

@@ -8,6 +8,7 @@ common interceptor.
 
 from __future__ import annotations
 
+import operator
 import threading
 from collections.abc import Iterable, Mapping
 
@@ -55,17 +56,24 @@ PER_INTENT = (UNITS, RISK, SLACK, NMU)
 CLASSES = ("ONLINE", "BATCH", "ROBOT", "URGENT")
 
 
+_Series = tuple[tuple[str, str], model.Decision]  # (intent, intent_id) labels, Decision set from
+
+
 class DecisionMetrics:
     """Publishes one tick's decisions and forgets the series of intents no longer planned.
 
     A series whose Decision is the very object it was last set from (the policies keep
     unchanged Decisions, which are frozen) already holds its values and is not set again: at
-    10,000 intents setting four gauges each takes about 110 ms a tick.
+    10,000 intents setting four gauges each takes about 110 ms a tick. While the names mapping
+    is the same and the rows are the same intents in the same order, only rows whose Decision
+    object changed are looked at (one C-level identity pass).
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._series: dict[tuple[str, str], model.Decision] = {}  # series -> Decision set from
+        self._series: dict[str, _Series] = {}  # per intent id
+        self._decisions: tuple[model.Decision, ...] = ()  # the last tick's, in order
+        self._names: Mapping[str, str] | None = None
 
     def record(self, result: model.PlanResult, names: Mapping[str, str], seconds: float) -> None:
         DECISION_SECONDS.labels(result.policy).observe(seconds)
@@ -74,40 +82,57 @@ class DecisionMetrics:
         if result.preemptions:
             PREEMPTIONS.labels(result.policy).inc(result.preemptions)
         TICKS.inc()
+        decisions = tuple(result.decisions)
         with self._lock:
-            last = self._series
-        current: dict[tuple[str, str], model.Decision] = {}
-        for d in result.decisions:
-            key = (names.get(d.intent_id, d.intent_id), d.intent_id)
-            current[key] = d
-            if last.get(key) is d:
-                continue
-            UNITS.labels(*key).set(d.units)
-            RISK.labels(*key).set(d.deadline_risk)
-            SLACK.labels(*key).set(d.slack_ms / 1000.0)
-            NMU.labels(*key).set(d.nmu)
-        with self._lock:
-            gone = self._series.keys() - current.keys()
-            self._series = current
-        self._remove(gone)
+            last, series = self._decisions, self._series
+            rows: list[int] | None = None
+            if len(decisions) == len(last) and (names is self._names or names == self._names):
+                rows = [k for k, same in enumerate(map(operator.is_, decisions, last)) if not same]
+                if any(decisions[k].intent_id != last[k].intent_id for k in rows):
+                    rows = None  # other intents, or the same in another order
+            if rows is not None:
+                for k in rows:
+                    self._set(decisions[k], names)
+            else:
+                for d in decisions:
+                    self._set(d, names)
+                planned = {d.intent_id for d in decisions}
+                for intent_id in [i for i in series if i not in planned]:
+                    self._remove(series.pop(intent_id)[0])
+            self._decisions, self._names = decisions, names
+
+    def _set(self, d: model.Decision, names: Mapping[str, str]) -> None:
+        key = (names.get(d.intent_id, d.intent_id), d.intent_id)
+        kept = self._series.get(d.intent_id)
+        if kept is not None:
+            if kept[1] is d and kept[0] == key:
+                return
+            if kept[0] != key:
+                self._remove(kept[0])  # renamed: the old series goes
+        UNITS.labels(*key).set(d.units)
+        RISK.labels(*key).set(d.deadline_risk)
+        SLACK.labels(*key).set(d.slack_ms / 1000.0)
+        NMU.labels(*key).set(d.nmu)
+        self._series[d.intent_id] = (key, d)
 
     def forget(self, intent_ids: Iterable[str]) -> None:
         ids = set(intent_ids)
         if not ids:
             return
         with self._lock:
-            gone = {key for key in self._series if key[1] in ids}
-            self._series = {k: d for k, d in self._series.items() if k not in gone}
-        self._remove(gone)
+            for intent_id in ids:
+                kept = self._series.pop(intent_id, None)
+                if kept is not None:
+                    self._remove(kept[0])
+            self._decisions = ()  # the next record looks at every row
 
     @staticmethod
-    def _remove(keys: Iterable[tuple[str, str]]) -> None:
-        for key in keys:
-            for gauge in PER_INTENT:
-                try:
-                    gauge.remove(*key)
-                except KeyError:
-                    pass
+    def _remove(key: tuple[str, str]) -> None:
+        for gauge in PER_INTENT:
+            try:
+                gauge.remove(*key)
+            except KeyError:
+                pass
 
 
 def set_intent_counts(counts_by_class: Mapping[str, int]) -> None:

@@ -17,6 +17,7 @@ nothing handed out aliases the cache.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Mapping, Sequence
 
 from google.protobuf.timestamp_pb2 import Timestamp
@@ -96,10 +97,22 @@ _Kept = tuple[model.Decision, intent_pb2.ResourceIntent | None, bytes, int]
 
 
 class AllocationCache:
-    """Each intent's Allocation from the last plan built, as its serialized NodePlan entry."""
+    """Each intent's Allocation from the last plan built, as its serialized NodePlan entry.
+
+    While the intents mapping is the very same object (the loop's, per store version) and the
+    rows are the same intents in the same order, only rows whose Decision object changed are
+    looked at (one C-level identity pass over the rows); otherwise every row is matched by id.
+    ``rows`` and ``workers`` describe the last plan; they are replaced, never changed, so a
+    caller may keep them.
+    """
 
     def __init__(self) -> None:
+        self._decisions: tuple[model.Decision, ...] = ()
+        self._intents: Mapping[str, intent_pb2.ResourceIntent] | None = None
+        self._entries: list[bytes] = []
         self._kept: dict[str, _Kept] = {}
+        self.rows: dict[str, int] = {}  # intent id -> its row in the last plan
+        self.workers: dict[str, int] = {}  # intent id -> Allocation.workers in the last plan
 
     def entries(
         self,
@@ -107,26 +120,59 @@ class AllocationCache:
         intents: Mapping[str, intent_pb2.ResourceIntent],
     ) -> list[bytes]:
         """One serialized entry per decision, in order; remembers them for the next plan."""
+        decisions = tuple(decisions)
+        last = self._decisions
+        if intents is self._intents and len(decisions) == len(last):
+            changed = [k for k, same in enumerate(map(operator.is_, decisions, last)) if not same]
+            if all(decisions[k].intent_id == last[k].intent_id for k in changed):
+                return self._update(decisions, changed)
+        return self._rebuild(decisions, intents)
+
+    def _build(self, d: model.Decision, intent: intent_pb2.ResourceIntent | None) -> _Kept:
+        alloc = allocation(d, intent)
+        return (
+            d,
+            intent,
+            intent_pb2.NodePlan(allocations=[alloc]).SerializeToString(),
+            alloc.workers,
+        )
+
+    def _update(self, decisions: tuple[model.Decision, ...], changed: list[int]) -> list[bytes]:
+        entries = self._entries
+        if changed:
+            entries, workers, intents = list(entries), dict(self.workers), self._intents
+            assert intents is not None
+            for k in changed:
+                d = decisions[k]
+                kept = self._build(d, intents.get(d.intent_id))
+                self._kept[d.intent_id] = kept
+                entries[k] = kept[2]
+                workers[d.intent_id] = kept[3]
+            self._entries, self.workers = entries, workers
+        self._decisions = decisions
+        return entries
+
+    def _rebuild(
+        self,
+        decisions: tuple[model.Decision, ...],
+        intents: Mapping[str, intent_pb2.ResourceIntent],
+    ) -> list[bytes]:
         old = self._kept
         new: dict[str, _Kept] = {}
-        out = []
         for d in decisions:
             intent = intents.get(d.intent_id)
             kept = old.get(d.intent_id)
             if kept is None or kept[0] is not d or kept[1] is not intent:
                 # only a rebuilt row makes a new entry: a steady plan adds nothing long-lived
                 # for the garbage collector to walk
-                alloc = allocation(d, intent)
-                entry = intent_pb2.NodePlan(allocations=[alloc]).SerializeToString()
-                kept = (d, intent, entry, alloc.workers)
+                kept = self._build(d, intent)
             new[d.intent_id] = kept
-            out.append(kept[2])
         self._kept = new
-        return out
-
-    def workers(self) -> dict[str, int]:
-        """Allocation.workers per intent id, of the last plan built."""
-        return {intent_id: kept[3] for intent_id, kept in self._kept.items()}
+        self._decisions, self._intents = decisions, intents
+        self._entries = [new[d.intent_id][2] for d in decisions]
+        self.rows = {d.intent_id: k for k, d in enumerate(decisions)}
+        self.workers = {intent_id: kept[3] for intent_id, kept in new.items()}
+        return self._entries
 
 
 def node_plan(

@@ -237,3 +237,44 @@ def test_allocation_cache_gives_the_plan_an_uncached_build_gives() -> None:
     # rows that left and rows in another order
     cached, plain = both([b], {"b": renamed})
     assert cached == plain
+
+
+def test_allocation_cache_with_the_same_intents_looks_only_at_changed_rows() -> None:
+    intents = {
+        k: intent_pb2.ResourceIntent(
+            id=k, name=f"w-{k}", workload_class=intent_pb2.WORKLOAD_CLASS_BATCH
+        )
+        for k in ("a", "b", "c")
+    }
+    node = model.NodeState(name="node-0", cpu_units=8)
+    cache = plans.AllocationCache()
+    built: list[str] = []
+    real = plans.allocation
+
+    def counting(d, intent):
+        built.append(d.intent_id)
+        return real(d, intent)
+
+    def plan(decisions, cached=True):
+        result = model.PlanResult(policy="parfusion", decisions=tuple(decisions))
+        kw = {"generation": 1, "created_at": Timestamp(), "decision_ms": 0.1}
+        return plans.node_plan(result, intents, node, **kw, cache=cache if cached else None)
+
+    rows = [model.Decision(k, 1, workers=2) for k in ("a", "b", "c")]
+    plans.allocation = counting
+    try:
+        assert plan(rows) == plan(rows, cached=False)
+        built.clear()
+        assert plan(rows) == plan(rows, cached=False)
+        assert built == ["a", "b", "c"]  # the uncached plan only
+        built.clear()
+        rows[1] = model.Decision("b", 3, workers=5)
+        assert plan(rows) == plan(rows, cached=False)
+        assert built == ["b", "a", "b", "c"]  # the cached plan rebuilt b alone
+    finally:
+        plans.allocation = real
+    assert cache.rows == {"a": 0, "b": 1, "c": 2}
+    assert cache.workers == {"a": 2, "b": 5, "c": 2}
+    # the same intents in another order: matched by id, rows follow
+    assert plan([rows[2], rows[0], rows[1]]) == plan([rows[2], rows[0], rows[1]], cached=False)
+    assert cache.rows == {"c": 0, "a": 1, "b": 2}

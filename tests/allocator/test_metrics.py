@@ -42,8 +42,22 @@ def test_the_same_decision_object_is_not_set_again_but_a_forgotten_series_is() -
     assert _units("n-m-c", "m-c") == -1  # the very same Decision: not set again
     _record(m, model.Decision("m-c", 4))
     assert _units("n-m-c", "m-c") == 4  # an equal but new Decision is set
-    kept = m._series[("n-m-c", "m-c")]
+    kept = m._series["m-c"][1]
     m.forget(["m-c"])
     assert _units("n-m-c", "m-c") is None
     _record(m, kept)
     assert _units("n-m-c", "m-c") == 4  # forgotten: the same object sets the series again
+
+
+def test_a_renamed_intent_moves_its_series_even_with_the_same_decision() -> None:
+    m = DecisionMetrics()
+    a, b = model.Decision("m-r", 3), model.Decision("m-s", 1)
+    result = model.PlanResult(policy="parfusion", decisions=(a, b))
+    m.record(result, {"m-r": "old", "m-s": "s"}, 0.001)
+    m.record(result, {"m-r": "new", "m-s": "s"}, 0.001)  # same Decision objects, new name
+    assert _units("old", "m-r") is None and _units("new", "m-r") == 3
+    # the same rows in another order: every row looked at, nothing lost
+    m.record(
+        model.PlanResult(policy="parfusion", decisions=(b, a)), {"m-r": "new", "m-s": "s"}, 0.0
+    )
+    assert _units("new", "m-r") == 3 and _units("s", "m-s") == 1
