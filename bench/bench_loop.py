@@ -5,6 +5,9 @@ N intents submitted through the store (40 % ONLINE, 10 % ROBOT, 5 % URGENT, 45 %
 bench_dmug.py), no peers (telemetry and pushes are the node agent's and gpulane's part). Timed:
 
 - `steady`: ticks while the store is unchanged (what the loop does every 250 ms);
+- `samples`: the same, with 3 new service-time samples for every intent before each tick
+  (fed to the loop's predictor directly, untimed: the node agent's telemetry would bring them);
+- `sampled, idle`: ticks after that, with the statistics in place but no new samples;
 - `submit`: the tick right after one more intent is submitted;
 - `delete`: the tick right after one intent is deleted.
 
@@ -120,6 +123,18 @@ def main(argv: list[str] | None = None) -> int:
                     counter.count = 0
                     steady = [timed_tick(loop) for _ in range(ns.ticks)]
                     sys.stdout.write(row(n, "steady", steady, counter.count))
+                    counter.count = 0
+                    sampled = []
+                    for _ in range(ns.ticks):
+                        for intent in intents[:n]:
+                            base = intent.speedup.base_service_ms
+                            times = [base * rng.uniform(0.8, 1.3) for _ in range(3)]
+                            loop.predictor.observe_many(intent.id, times, units=2)
+                        sampled.append(timed_tick(loop))
+                    sys.stdout.write(row(n, "samples", sampled, counter.count))
+                    counter.count = 0
+                    idle = [timed_tick(loop) for _ in range(ns.ticks)]
+                    sys.stdout.write(row(n, "sampled, idle", idle, counter.count))
                     counter.count = 0
                     submits = []
                     for k in range(ns.rounds):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from services.allocator.model import DmugConfig, IntentSpec, NodeState, ServiceStats
+from services.allocator.model import DmugConfig, IntentSpec, NodeState
 
 LATENCY_CEILING_MS = 1e9  # "never": an overloaded queue or a missing unit
 MAX_UTILISATION = 0.999  # queueing model cut-off: above it the queue does not drain
@@ -109,17 +109,25 @@ def observation_factor(
 
 
 def service_at_one_unit(
-    stats: ServiceStats | None, base_service_ms: float, f: float, target_percentile: float
-) -> tuple[float, float, float]:
-    """(tail T1, mean M1, relative spread) at one unit, from the predictor or base_service_ms.
+    count, mean_ms, p95_ms, p99_ms, observed_units, base_service_ms, f, target_percentile
+):
+    """(tail T1, mean M1, relative spread) at one unit, from the predictor's statistics (one
+    value or one per intent: count, mean, p95, p99, observed units) or base_service_ms where
+    count is 0.
 
-    Observed times are rescaled by S(observed_units): T1 = p99 * S(p_obs). The spread is
-    (p99 - mean) / p99, widened by 1/sqrt(count) while few samples back it.
+    Observed times are rescaled by S(observed_units): T1 = p99 * S(p_obs) (p95 for a target
+    percentile <= 95). The spread is (p99 - mean) / p99, widened by 1/sqrt(count) while few
+    samples back it.
     """
-    if stats is None or stats.count <= 0:
-        return base_service_ms, base_service_ms, DEFAULT_REL_SPREAD
-    scale = amdahl_speedup(f, max(stats.observed_units, 1))
-    tail = stats.p95_ms if target_percentile <= 95.0 else stats.p99_ms
-    tail = max(tail, stats.mean_ms, 1e-6)
-    rel = max((tail - stats.mean_ms) / tail, MIN_REL_SPREAD) * (1.0 + 1.0 / stats.count**0.5)
-    return tail * scale, max(stats.mean_ms, 1e-6) * scale, min(rel, 1.0)
+    scale = amdahl_speedup(f, np.maximum(observed_units, 1))
+    tail = np.where(np.asarray(target_percentile) <= 95.0, p95_ms, p99_ms)
+    tail = np.maximum(np.maximum(tail, mean_ms), 1e-6)
+    with np.errstate(divide="ignore"):
+        widen = 1.0 + 1.0 / np.asarray(count, dtype=np.float64) ** 0.5
+    rel = np.maximum((tail - mean_ms) / tail, MIN_REL_SPREAD) * widen
+    seen = np.asarray(count) > 0
+    return (
+        np.where(seen, tail * scale, base_service_ms),
+        np.where(seen, np.maximum(mean_ms, 1e-6) * scale, base_service_ms),
+        np.where(seen, np.minimum(rel, 1.0), DEFAULT_REL_SPREAD),
+    )

@@ -17,7 +17,10 @@ so object identity is a safe key:
   inputs are all equal (bit for bit) to last tick's for the same intent id keeps its text, and
   only the other rows are formatted;
 * ``table.BaseColumns``: what follows from the spec columns and the node's unit capacity alone
-  (caps, minimums, weights, tie rank), kept while both are the same.
+  (caps, minimums, weights, tie rank), kept while both are the same;
+* ``LastService``: the service-time columns from the predictor's statistics; a row whose
+  ServiceStats object is the one they were computed from (the predictor hands out the same
+  object until a new sample arrives) keeps its values, for the same spec columns.
 
 Rows are matched by intent id (``changed_from``), so an intent added or dropped, which moves
 the later rows, leaves the others' Decisions and texts in place.
@@ -39,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from services.allocator.model import Decision, IntentSpec
+from services.allocator.model import Decision, IntentSpec, ServiceStats
 
 if TYPE_CHECKING:
     from services.allocator.table import BaseColumns
@@ -279,6 +282,17 @@ class LastReasons:
         return changed, texts
 
 
+@dataclass(frozen=True)
+class LastService:
+    """Service-time columns (table.service_columns) and what they were computed from."""
+
+    columns: SpecColumns  # the spec columns of that tick
+    per_row: list[ServiceStats | None]  # each row's ServiceStats object (None: no samples)
+    tail1: np.ndarray
+    mean1: np.ndarray
+    rel: np.ndarray
+
+
 @dataclass
 class TickMemo:
     """One policy instance's memory of its last tick (see the module docstring)."""
@@ -287,6 +301,7 @@ class TickMemo:
     last: LastDecisions | None = field(default=None, repr=False)
     reasons: LastReasons | None = field(default=None, repr=False)
     base: BaseColumns | None = field(default=None, repr=False)  # filled by table.build_table
+    service: LastService | None = field(default=None, repr=False)  # table.service_columns
 
     def columns_for(self, specs: Sequence[IntentSpec]) -> SpecColumns:
         cached = self.spec_columns

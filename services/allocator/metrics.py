@@ -11,6 +11,7 @@ from __future__ import annotations
 import operator
 import threading
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram
 
@@ -56,7 +57,9 @@ PER_INTENT = (UNITS, RISK, SLACK, NMU)
 CLASSES = ("ONLINE", "BATCH", "ROBOT", "URGENT")
 
 
-_Series = tuple[tuple[str, str], model.Decision]  # (intent, intent_id) labels, Decision set from
+# (intent, intent_id) labels, the Decision the series were set from, and the four gauges' children
+# for those labels (looking a child up by its labels costs more than setting it)
+_Series = tuple[tuple[str, str], model.Decision, tuple[Any, ...]]
 
 
 class DecisionMetrics:
@@ -104,16 +107,20 @@ class DecisionMetrics:
     def _set(self, d: model.Decision, names: Mapping[str, str]) -> None:
         key = (names.get(d.intent_id, d.intent_id), d.intent_id)
         kept = self._series.get(d.intent_id)
-        if kept is not None:
-            if kept[1] is d and kept[0] == key:
+        if kept is not None and kept[0] == key:
+            if kept[1] is d:
                 return
-            if kept[0] != key:
+            children = kept[2]
+        else:
+            if kept is not None:
                 self._remove(kept[0])  # renamed: the old series goes
-        UNITS.labels(*key).set(d.units)
-        RISK.labels(*key).set(d.deadline_risk)
-        SLACK.labels(*key).set(d.slack_ms / 1000.0)
-        NMU.labels(*key).set(d.nmu)
-        self._series[d.intent_id] = (key, d)
+            children = tuple(gauge.labels(*key) for gauge in PER_INTENT)
+        units, risk, slack, nmu = children
+        units.set(d.units)
+        risk.set(d.deadline_risk)
+        slack.set(d.slack_ms / 1000.0)
+        nmu.set(d.nmu)
+        self._series[d.intent_id] = (key, d, children)
 
     def forget(self, intent_ids: Iterable[str]) -> None:
         ids = set(intent_ids)

@@ -102,19 +102,29 @@ class _Regime:
     count: int = 0
     p95: P2Quantile = field(default_factory=lambda: P2Quantile(0.95))
     p99: P2Quantile = field(default_factory=lambda: P2Quantile(0.99))
+    # the last stats() answer, until the next sample: an intent without new samples gives the
+    # very same ServiceStats object every tick (cheap to snapshot, and the policy's memo sees it)
+    _stats: ServiceStats | None = field(default=None, repr=False, compare=False)
 
     def add(self, x: float) -> None:
+        self._stats = None
         self.count += 1
         self.mean = x if self.count == 1 else self.mean + self.alpha * (x - self.mean)
         self.p95.add(x)
         self.p99.add(x)
 
     def stats(self) -> ServiceStats:
-        p95 = max(self.p95.value(), 0.0)
-        p99 = max(self.p99.value(), p95)
-        return ServiceStats(
-            mean_ms=self.mean, p95_ms=p95, p99_ms=p99, count=self.count, observed_units=self.units
-        )
+        if self._stats is None:
+            p95 = max(self.p95.value(), 0.0)
+            p99 = max(self.p99.value(), p95)
+            self._stats = ServiceStats(
+                mean_ms=self.mean,
+                p95_ms=p95,
+                p99_ms=p99,
+                count=self.count,
+                observed_units=self.units,
+            )
+        return self._stats
 
 
 class Predictor:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import itertools
 import operator
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,8 +25,20 @@ from services.allocator.formulas import (
     service_at_one_unit,
     slack_ms,
 )
-from services.allocator.memo import CLASS_CODES, SpecColumns, TickMemo, read_spec_columns
-from services.allocator.model import DEGRADATION_ORDER, Decision, IntentSpec, PlanInput
+from services.allocator.memo import (
+    CLASS_CODES,
+    LastService,
+    SpecColumns,
+    TickMemo,
+    read_spec_columns,
+)
+from services.allocator.model import (
+    DEGRADATION_ORDER,
+    Decision,
+    IntentSpec,
+    PlanInput,
+    ServiceStats,
+)
 
 Z_CLASS = CLASS_CODES
 ONLINE, BATCH, ROBOT, URGENT = (
@@ -36,6 +48,8 @@ LEVEL_INDEX = {name: i for i, name in enumerate(DEGRADATION_ORDER)}
 
 _PREVIOUS_GETTER = operator.attrgetter("units", "since_tick", "level_since_tick")
 _LEVEL_GETTER = operator.attrgetter("degradation")
+_STATS_GETTER = operator.attrgetter("count", "mean_ms", "p95_ms", "p99_ms", "observed_units")
+_TARGET_GETTER = operator.attrgetter("target_percentile")
 _NO_PREVIOUS = Decision("", 0)  # stands in for "no previous decision" (units 0, NORMAL)
 
 
@@ -187,6 +201,58 @@ def base_columns(columns: SpecColumns, capacity: int) -> BaseColumns:
     return derived
 
 
+def service_columns(
+    specs: Sequence[IntentSpec],
+    columns: SpecColumns,
+    base: BaseColumns,
+    stats: Mapping[str, ServiceStats],
+    memo: TickMemo | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Tail and mean service time at one unit and the relative spread, per row: from the
+    predictor's statistics where an intent has them, else from its base service time.
+
+    With `memo`, rows whose ServiceStats object is the one last tick's columns were computed
+    from (the predictor hands out the same object until a new sample arrives), for the same
+    spec columns, keep their values; only the others are computed. Read-only arrays.
+    """
+    if not stats:
+        return base.tail1, base.tail1, base.rel_spread
+    n = len(specs)
+    per_row = list(map(stats.get, columns.ids))
+    last = memo.service if memo is not None else None
+    if last is not None and last.columns is columns:
+        todo = np.fromiter(map(operator.is_not, per_row, last.per_row), bool, n).nonzero()[0]
+        if todo.size == 0:
+            return last.tail1, last.mean1, last.rel
+        tail1, mean1, rel = last.tail1.copy(), last.mean1.copy(), last.rel.copy()
+        tail1[todo], mean1[todo], rel[todo] = (
+            base.tail1[todo],
+            base.tail1[todo],
+            base.rel_spread[todo],
+        )
+    else:
+        todo = np.arange(n)
+        tail1, mean1, rel = base.tail1.copy(), base.tail1.copy(), base.rel_spread.copy()
+    todo_l = todo.tolist()
+    wanted = [per_row[i] for i in todo_l]
+    seen = np.fromiter(map(operator.is_not, wanted, itertools.repeat(None)), bool, len(todo_l))
+    rows = todo[seen]
+    if rows.size:
+        k = rows.size
+        observed = itertools.compress(wanted, seen.tolist())
+        flat = itertools.chain.from_iterable(map(_STATS_GETTER, observed))
+        count, mean, p95, p99, units = np.fromiter(flat, np.float64, 5 * k).reshape(k, 5).T
+        target = np.fromiter(map(_TARGET_GETTER, (specs[i] for i in rows.tolist())), np.float64, k)
+        tail1[rows], mean1[rows], rel[rows] = service_at_one_unit(
+            count, mean, p95, p99, units, columns.numeric[6][rows], base.f[rows], target
+        )
+    for a in (tail1, mean1, rel):
+        a.flags.writeable = False  # kept for the next tick
+    if memo is not None:
+        memo.service = LastService(columns, per_row, tail1, mean1, rel)
+    return tail1, mean1, rel
+
+
 def build_table(
     state: PlanInput, use_predictor: bool = True, memo: TickMemo | None = None
 ) -> IntentTable:
@@ -207,16 +273,8 @@ def build_table(
     inflation = latency_inflation(
         state.node, state.config.contention_gain, base.uses_gpu, base.network_bound
     )
-    tail1, mean1, rel = base.tail1, base.tail1, base.rel_spread
     stats = state.stats if use_predictor else {}
-    if stats:
-        observed = [(i, st) for i, st in enumerate(map(stats.get, ids)) if st is not None]
-        if observed:
-            tail1, mean1, rel = tail1.copy(), tail1.copy(), rel.copy()
-        for i, st in observed:
-            tail1[i], mean1[i], rel[i] = service_at_one_unit(
-                st, specs[i].base_service_ms, float(f[i]), specs[i].target_percentile
-            )
+    tail1, mean1, rel = service_columns(specs, columns, base, stats, memo)
     prevs: list[Decision] | None = None
     if state.previous:
         prevs = list(map(state.previous.get, ids, itertools.repeat(_NO_PREVIOUS, n)))

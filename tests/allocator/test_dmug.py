@@ -247,12 +247,19 @@ def test_formulas():
     assert dmug.amdahl_speedup(1.0, 8) == 8.0
     assert dmug.amdahl_speedup(0.9, 4) == pytest.approx(1 / (0.1 + 0.9 / 4))
     # tail at one unit from samples observed at 4 units
-    t1, m1, rel = dmug.service_at_one_unit(
-        ServiceStats(mean_ms=10, p95_ms=14, p99_ms=20, count=100, observed_units=4), 99.0, 0.9, 99
-    )
+    t1, m1, rel = dmug.service_at_one_unit(100, 10.0, 14.0, 20.0, 4, 99.0, 0.9, 99.0)
     assert t1 == pytest.approx(20 * dmug.amdahl_speedup(0.9, 4))
     assert m1 == pytest.approx(10 * dmug.amdahl_speedup(0.9, 4))
     assert 0.05 <= rel <= 1
+    # one value per intent: no samples -> base service time; target p95 -> the p95
+    rows = dmug.service_at_one_unit(
+        np.array([100, 0, 8]), np.array([10.0, 0.0, 30.0]), np.array([14.0, 0.0, 35.0]),
+        np.array([20.0, 0.0, 50.0]), np.array([4, 1, 2]), np.array([99.0, 42.0, 7.0]),
+        np.array([0.9, 0.5, 0.7]), np.array([99.0, 99.0, 95.0]),
+    )  # fmt: skip
+    assert [float(x) for x in (rows[0][0], rows[1][0], rows[2][0])] == [t1, m1, rel]
+    assert (float(rows[0][1]), float(rows[1][1]), float(rows[2][1])) == (42.0, 42.0, 0.25)
+    assert float(rows[0][2]) == 35.0 * dmug.amdahl_speedup(0.7, 2)
     lat = dmug.predicted_latency_ms(100.0, 50.0, 0.9, 4, 0.0, 1.0)
     assert float(lat) == pytest.approx(100 / dmug.amdahl_speedup(0.9, 4))
     # queueing: utilisation at or above 1 never drains

@@ -222,6 +222,32 @@ def test_columns_of_changed_specs_are_read_alone_and_the_rest_gathered():
         memo.columns_for(specs)  # back to the first columns for the next step
 
 
+def test_service_columns_recompute_only_rows_with_new_stats_objects():
+    specs = tuple(
+        IntentSpec(id=f"v{k}", name=f"v{k}", workload_class="ONLINE", deadline_ms=50.0,
+                   base_service_ms=10.0 + k, target_percentile=95.0 if k == 2 else 99.0, seq=k)
+        for k in range(3)
+    )  # fmt: skip
+    one = ServiceStats(mean_ms=8.0, p95_ms=11.0, p99_ms=14.0, count=40, observed_units=2)
+    two = ServiceStats(mean_ms=20.0, p95_ms=25.0, p99_ms=31.0, count=9)
+    memo = TickMemo()
+
+    def table(stats):
+        state = PlanInput(intents=specs, node=_node(8), stats=stats)
+        kept, fresh = dmug.build_table(state, memo=memo), dmug.build_table(state)
+        for name in ("tail1", "mean1", "rel_spread"):
+            assert np.array_equal(getattr(kept, name), getattr(fresh, name)), name
+        return kept
+
+    first = table({"v0": one, "v2": two})
+    again = table({"v0": one, "v2": two})  # a new mapping, the same objects: every row kept
+    assert again.tail1 is first.tail1 and not again.tail1.flags.writeable
+    moved = table({"v0": one, "v2": dataclasses.replace(two, p95_ms=27.0)})
+    assert moved.tail1[0] == first.tail1[0] and moved.tail1[2] != first.tail1[2]
+    gone = table({"v2": two})  # v0 lost its samples: back to its base service time
+    assert gone.tail1[0] == 10.0 and gone.rel_spread[0] == dmug.DEFAULT_REL_SPREAD
+
+
 def test_cached_columns_are_read_only():
     a = IntentSpec(id="a", name="a", workload_class="ONLINE", deadline_ms=10.0)
     table = dmug.build_table(PlanInput(intents=(a,), node=_node(4)), memo=TickMemo())

@@ -114,3 +114,13 @@ def test_estimates_stay_within_the_observed_range(samples):
     assert min(samples) - 1e-9 <= q.value() <= max(samples) + 1e-9
     if len(samples) <= 5:
         assert q.value() == pytest.approx(float(np.percentile(samples, 99)))
+
+
+def test_stats_are_the_same_object_until_a_new_sample() -> None:
+    p = Predictor()
+    p.observe_many("a", [10.0, 11.0, 12.0, 13.0, 14.0, 15.0])
+    first = p.snapshot()["a"]
+    assert p.snapshot()["a"] is first and p.stats("a") is first
+    p.observe("a", 30.0)
+    second = p.snapshot()["a"]
+    assert second is not first and second.count == first.count + 1
