@@ -13,6 +13,7 @@ reference policies) only the pool sizes change and every OS/GPU knob keeps its d
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -67,6 +68,12 @@ class Knobs:
 def _clip(a: np.ndarray, lo: float, hi: float) -> np.ndarray:
     """np.clip's result without its per-call overhead (a few microseconds at 100 rows)."""
     return np.minimum(np.maximum(a, lo), hi)
+
+
+@functools.lru_cache(maxsize=16)
+def _idle_where(arena: tuple[int, ...]) -> str:
+    """Where idle-time workers run, as their reason says it (the arena rarely changes)."""
+    return f"idle-time workers on cpus {format_cpuset(arena)}"
 
 
 def cpu_sets(table: IntentTable, plan: UnitPlan, cpu_ids: tuple[int, ...], capacity: int):
@@ -270,34 +277,35 @@ def reasons(
         changed, texts = kept
         # preempted rows name their preemptor (a spec name): always formatted again
         rows = (changed | (outcome == WAS_PREEMPTED)).nonzero()[0]
-    shifted = outcome[rows] - _REASON_CODES.start
-    counts = np.bincount(shifted, minlength=len(_REASON_CODES)).tolist()
-    by_code = rows[np.argsort(shifted, kind="stable")]  # each group's rows in ascending order
-    at = 0
-    for code, count in zip(_REASON_CODES, counts, strict=True):
-        if not count:
-            continue
-        idx = by_code[at : at + count]
-        at += count
-        if code == WAS_PREEMPTED:
-            spec_names = [sp.name for sp in table.specs]
-            texts[idx] = [
-                f"preempted: {gone} units taken by urgent {spec_names[by] if by >= 0 else 'work'}"
-                for gone, by in zip(
-                    lost[idx].tolist(), plan.preempted_by[idx].tolist(), strict=True
-                )
-            ]
-            continue
-        template, names = _TEMPLATES[code]
-        args = []
-        for name in names:
-            if name in constants:
-                args.append([constants[name]] * count)
-            elif name == "level":
-                args.append(_LEVEL_NAMES[plan.level[idx]].tolist())
-            else:
-                args.append(columns[name][idx].tolist())
-        texts[idx] = list(map(template.__mod__, zip(*args, strict=True)))
+    if rows.size:  # none in a tick where every text is kept
+        shifted = outcome[rows] - _REASON_CODES.start
+        counts = np.bincount(shifted, minlength=len(_REASON_CODES)).tolist()
+        by_code = rows[np.argsort(shifted, kind="stable")]  # each group's rows in ascending order
+        at = 0
+        for code, count in zip(_REASON_CODES, counts, strict=True):
+            if not count:
+                continue
+            idx = by_code[at : at + count]
+            at += count
+            if code == WAS_PREEMPTED:
+                spec_names = [sp.name for sp in table.specs]
+                texts[idx] = [
+                    f"preempted: {gone} units taken by urgent {spec_names[by] if by >= 0 else 'work'}"
+                    for gone, by in zip(
+                        lost[idx].tolist(), plan.preempted_by[idx].tolist(), strict=True
+                    )
+                ]
+                continue
+            template, names = _TEMPLATES[code]
+            args = []
+            for name in names:
+                if name in constants:
+                    args.append([constants[name]] * count)
+                elif name == "level":
+                    args.append(_LEVEL_NAMES[plan.level[idx]].tolist())
+                else:
+                    args.append(columns[name][idx].tolist())
+            texts[idx] = list(map(template.__mod__, zip(*args, strict=True)))
     if memo is not None:
         texts.flags.writeable = False  # kept for the next tick, which copies it
         memo.reasons = LastReasons(columns, texts, constants, table.ids)
@@ -444,13 +452,12 @@ def decide(
         nice = np.where(scavenging, 19, nice)
         sched = np.where(scavenging, "idle", sched)
         weight = np.where(scavenging, 1, weight)
-        cpu_max = list(map(text.__getitem__, quotas))
-        for i in ((deadline & running) | scavenging).nonzero()[0].tolist():
-            cpu_max[i] = "max"
+        unlimited = ((deadline & running) | scavenging).tolist()
+        cpu_max = ["max" if free else text[q] for q, free in zip(quotas, unlimited, strict=True)]
         nice_l, sched_l, weight_l = nice, sched.tolist(), weight
         scavengers = scavenging.nonzero()[0].tolist()
         if scavengers:
-            where = f"idle-time workers on cpus {format_cpuset(arena)}"
+            where = _idle_where(arena)
             for i in scavengers:
                 sets[i] = arena
                 why[i] += (
