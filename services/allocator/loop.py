@@ -27,6 +27,7 @@ from parfusion.v1 import intent_pb2, telemetry_pb2
 from services.allocator import convert, metrics, model, plans
 from services.allocator.formulas import observation_factor
 from services.allocator.peers import GpuLaneClient, NodeAgentClient
+from services.allocator.policies.base import Policy
 from services.allocator.policies.registry import get_policy
 from services.allocator.predictor import Predictor
 from services.allocator.store import IntentStore, StoredIntent
@@ -90,6 +91,7 @@ class ControlLoop:
         # per stored intent (by object): it and its spec (see _current_intents)
         self._converted: dict[int, tuple[StoredIntent, model.IntentSpec]] = {}
         self._allocation_cache = plans.AllocationCache()  # the ticks' own (not previews')
+        self._preview_policies: dict[str, Policy] = {}  # per policy name, previews' own
         self._names: dict[str, str] = {}  # the ticks' own: intent id -> name, for the gauges
         self._names_of: tuple[model.IntentSpec, ...] | None = None
         # the last NodePlan, and per intent id its row there and its workers (plain ints: kept
@@ -402,12 +404,20 @@ class ControlLoop:
         arrival_rate_scale: float = 0.0,
         policy_name: str = "",
     ) -> PlanSnapshot:
-        """The plan the policy would make now under the given what-if; changes nothing."""
-        policy = get_policy(policy_name) if policy_name else None
+        """The plan the policy would make now under the given what-if; changes nothing.
+
+        Runs on a policy instance of its own per policy name (kept, so repeated previews find
+        its memo warm), never the loop's: the loop's memo of its last tick stays its own."""
+        name = policy_name or self.policy_name
+        with self._lock:
+            policy = self._preview_policies.get(name)
+        if policy is None:
+            fresh = get_policy(name)  # InvalidArgument(field="name") for an unknown name
+            with self._lock:
+                policy = self._preview_policies.setdefault(name, fresh)
         specs, intents = self._current_intents()
         with self._lock:
             node = self._node_state()
-            policy = policy or self._policy
             previous = self._previous
             tick = self._tick + 1
             generation = self._generation

@@ -21,6 +21,7 @@ from services.allocator.loop import ControlLoop, LoopConfig
 from services.allocator.store import IntentStore
 from services.allocator.validation import normalize_intent
 from services.allocator.watch import END
+from services.common.errors import InvalidArgument
 from services.common.grpc_server import start_grpc_server
 from tests.allocator.conftest import NODEAGENT, PeerAgent, Peers, batch_intent, online_intent
 
@@ -306,3 +307,18 @@ def test_a_store_change_converts_only_the_intents_it_replaced(store: IntentStore
     assert last[0] is before[1] and last[1] is after[2]
     plan = loop.tick().node_plan  # type: ignore[union-attr]
     assert [a.intent_id for a in plan.allocations] == [job, extra]
+
+
+def test_a_preview_leaves_the_loops_policy_memo_alone(store: IntentStore) -> None:
+    submit(store, online_intent("web-p"), batch_intent("job-p"))
+    loop = make_loop(store)
+    loop.tick()
+    own = loop._policy.memo.last  # type: ignore[attr-defined]
+    loop.preview(model.Disturbance(cpu=0.8))
+    loop.preview(model.Disturbance(cpu=0.8), policy_name="fifo")
+    assert loop._policy.memo.last is own  # type: ignore[attr-defined]
+    first = loop.preview(model.Disturbance(cpu=0.8))
+    again = loop.preview(model.Disturbance(cpu=0.8))
+    assert list(first.node_plan.allocations) == list(again.node_plan.allocations)
+    with pytest.raises(InvalidArgument):
+        loop.preview(policy_name="no-such-policy")
