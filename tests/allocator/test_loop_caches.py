@@ -1,0 +1,82 @@
+"""The loop's own caches (kept IntentSpecs, kept Allocation entries, gauges set only from new
+Decisions) give, after every tick of a random sequence of store changes and samples, the specs,
+the plan and the gauges that building everything afresh gives (the policy's memo underneath is
+checked against a fresh policy in test_memo.py)."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from prometheus_client import REGISTRY
+
+from services.allocator import convert, plans
+from services.allocator.loop import ControlLoop, LoopConfig
+from services.allocator.store import IntentStore
+from services.allocator.validation import normalize_intent
+from tests.allocator.conftest import batch_intent, online_intent
+
+STEPS = st.lists(
+    st.sampled_from(["tick", "tick", "submit", "delete", "samples", "resubmit"]),
+    min_size=4,
+    max_size=14,
+)
+
+
+def _intent(k: int, deadline: float = 40.0):
+    if k % 3 == 2:
+        return normalize_intent(batch_intent(f"job-{k}", f"lc-{k}"))
+    return normalize_intent(online_intent(f"web-{k}", f"lc-{k}", deadline_ms=deadline))
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(steps=STEPS, seed=st.integers(0, 1000))
+def test_cached_ticks_equal_a_plan_built_afresh(steps: list[str], seed: int) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        store = IntentStore(Path(tmp) / "allocator.db")
+        loop = ControlLoop(store, LoopConfig(tick_s=0.1, cpu_units=6))
+        try:
+            live = [store.submit(_intent(k)).intent.id for k in range(4)]
+            made = 4
+            for n, step in enumerate(steps):
+                if step == "submit":
+                    live.append(store.submit(_intent(made)).intent.id)
+                    made += 1
+                elif step == "delete" and live:
+                    store.delete(live.pop((seed + n) % len(live)))
+                elif step == "resubmit" and live:  # the same id with other content
+                    k = int(live[(seed + n) % len(live)].split("-")[1])
+                    store.delete(f"lc-{k}")
+                    store.submit(_intent(k, deadline=25.0 + n))
+                elif step == "samples":
+                    for intent_id in live:
+                        loop.predictor.observe_many(intent_id, [20.0 + n, 22.0 + seed % 7], units=2)
+                snapshot = loop.tick()
+                assert snapshot is not None
+                _check(loop, snapshot.node_plan, store)
+        finally:
+            loop.stop()
+            store.close()
+
+
+def _check(loop: ControlLoop, plan, store: IntentStore) -> None:
+    _, stored = store.snapshot()
+    intents = {s.intent.id: s.intent for s in stored}
+    decisions = list(loop._previous.values())
+    assert [a.intent_id for a in plan.allocations] == [d.intent_id for d in decisions]
+    assert [a.intent_id for a in plan.allocations] == [s.intent.id for s in stored]
+    for spec, s in zip(loop._specs, stored, strict=True):
+        assert spec == convert.intent_to_spec(s.intent, seq=s.seq)
+    # the plan: what building every Allocation afresh gives
+    assert list(plan.allocations) == [
+        plans.allocation(d, intents.get(d.intent_id)) for d in decisions
+    ]
+    # the gauges: one series per planned intent, holding its Decision's values
+    for d in decisions:
+        labels = {"intent": intents[d.intent_id].name, "intent_id": d.intent_id}
+        assert REGISTRY.get_sample_value("parfusion_dmug_units", labels) == d.units
+        assert REGISTRY.get_sample_value("parfusion_dmug_nmu", labels) == d.nmu
+    for k, d in enumerate(decisions):
+        assert loop.allocation(d.intent_id) == plan.allocations[k]
