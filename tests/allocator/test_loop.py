@@ -272,7 +272,8 @@ def test_predictor_samples_normalised_by_level_and_pressure(store: IntentStore) 
 def test_ticks_on_an_unchanged_store_reuse_the_policys_memo(store: IntentStore) -> None:
     """The loop hands its policy the same spec objects and last tick's Decisions while the store
     is unchanged, so the memo (services/allocator/memo.py) reads the specs once and keeps the
-    Decisions that did not change; a submit re-reads them."""
+    Decisions that did not change; after a submit only the new spec is read and the other
+    intents' unchanged Decisions are kept."""
     submit(store, online_intent(), batch_intent())
     loop = make_loop(store, cpu_units=4)
     try:
@@ -285,9 +286,13 @@ def test_ticks_on_an_unchanged_store_reuse_the_policys_memo(store: IntentStore) 
         assert memo.spec_columns is columns
         kept = [d for i, d in loop._previous.items() if d is before[i]]
         assert kept  # unchanged decisions are the very same objects
+        before = dict(loop._previous)
         submit(store, batch_intent())
         loop.tick()
         assert memo.spec_columns is not columns and len(memo.spec_columns.specs) == 3
+        kept_specs = memo.spec_columns.specs[:2]
+        assert all(a is b for a, b in zip(kept_specs, columns.specs, strict=True))
+        assert [i for i, d in loop._previous.items() if d is before.get(i)]
     finally:
         loop.stop()
 
