@@ -684,6 +684,8 @@ def _deadline_first_fit(
     lost = preempted.tolist()
     by = preempted_by.tolist()
     min_units = table.min_units.tolist()
+    code = outcome.tolist()  # plain lists: this loop touches thousands of rows when scarce
+    asked_at = free_at_ask.tolist()
     reclaimable = int(units[can_lose].sum())
     cursor = 0
     for i in order.tolist():
@@ -718,9 +720,9 @@ def _deadline_first_fit(
             if is_victim[i]:
                 reclaimable += e
             continue
-        free_at_ask[i] = free
-        if outcome[i] != UNREACHABLE:
-            outcome[i] = SHORT
+        asked_at[i] = free
+        if code[i] != UNREACHABLE:
+            code[i] = SHORT
         if u[i] == 0 and min_units[i] <= free:
             u[i] = min_units[i]
             free -= u[i]
@@ -729,6 +731,8 @@ def _deadline_first_fit(
     units[:] = u
     preempted[:] = lost
     preempted_by[:] = by
+    outcome[:] = code
+    free_at_ask[:] = asked_at
     return free
 
 
