@@ -96,6 +96,49 @@ def row(n: int, case: str, ticks: list[tuple[float, float]], full: int) -> str:
     )
 
 
+def measure(n: int, ticks: int, rounds: int, counter: FullCollections) -> None:
+    """Every case for n intents, one table row each (a store in a temporary directory)."""
+    rng = random.Random(7)
+    intents = [make_intent(k, rng) for k in range(n + rounds)]
+    with tempfile.TemporaryDirectory(prefix="parfusion-bench-loop-") as tmp:
+        store = IntentStore(Path(tmp) / "allocator.db")
+        try:
+            with concurrent.futures.ThreadPoolExecutor(16) as pool:
+                list(pool.map(store.submit, intents[:n]))  # group-committed
+            loop = ControlLoop(store, LoopConfig(cpu_units=max(64, n // 4)))
+            for _ in range(3):  # the first tick builds everything; two more settle
+                loop.tick()
+
+            def case(name, count, before=None, settle=False):
+                """Time `count` ticks, each after before(k) and, with settle, followed by an
+                untimed tick (the change's own tick is timed, then back to steady)."""
+                counter.count = 0
+                timed = []
+                for k in range(count):
+                    if before is not None:
+                        before(k)
+                    timed.append(timed_tick(loop))
+                    if settle:
+                        loop.tick()
+                sys.stdout.write(row(n, name, timed, counter.count))
+                sys.stdout.flush()
+
+            def samples(_k: int) -> None:
+                for intent in intents[:n]:
+                    base = intent.speedup.base_service_ms
+                    times = [base * rng.uniform(0.8, 1.3) for _ in range(3)]
+                    loop.predictor.observe_many(intent.id, times, units=2)
+
+            case("steady", ticks)
+            case("samples", ticks, samples)
+            case("sampled, idle", ticks)
+            case("submit", rounds, lambda k: store.submit(intents[n + k]), True)
+            case("delete", rounds, lambda k: store.delete(intents[k].id), True)
+            loop.stop()
+        finally:
+            store.close()
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="1000,10000")
@@ -110,49 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     gc.callbacks.append(counter)
     try:
         for n in [int(x) for x in ns.sizes.split(",")]:
-            rng = random.Random(7)
-            intents = [make_intent(k, rng) for k in range(n + ns.rounds)]
-            with tempfile.TemporaryDirectory(prefix="parfusion-bench-loop-") as tmp:
-                store = IntentStore(Path(tmp) / "allocator.db")
-                try:
-                    with concurrent.futures.ThreadPoolExecutor(16) as pool:
-                        list(pool.map(store.submit, intents[:n]))  # group-committed
-                    loop = ControlLoop(store, LoopConfig(cpu_units=max(64, n // 4)))
-                    for _ in range(3):  # the first tick builds everything; two more settle
-                        loop.tick()
-                    counter.count = 0
-                    steady = [timed_tick(loop) for _ in range(ns.ticks)]
-                    sys.stdout.write(row(n, "steady", steady, counter.count))
-                    counter.count = 0
-                    sampled = []
-                    for _ in range(ns.ticks):
-                        for intent in intents[:n]:
-                            base = intent.speedup.base_service_ms
-                            times = [base * rng.uniform(0.8, 1.3) for _ in range(3)]
-                            loop.predictor.observe_many(intent.id, times, units=2)
-                        sampled.append(timed_tick(loop))
-                    sys.stdout.write(row(n, "samples", sampled, counter.count))
-                    counter.count = 0
-                    idle = [timed_tick(loop) for _ in range(ns.ticks)]
-                    sys.stdout.write(row(n, "sampled, idle", idle, counter.count))
-                    counter.count = 0
-                    submits = []
-                    for k in range(ns.rounds):
-                        store.submit(intents[n + k])
-                        submits.append(timed_tick(loop))
-                        loop.tick()
-                    sys.stdout.write(row(n, "submit", submits, counter.count))
-                    counter.count = 0
-                    deletes = []
-                    for k in range(ns.rounds):
-                        store.delete(intents[k].id)
-                        deletes.append(timed_tick(loop))
-                        loop.tick()
-                    sys.stdout.write(row(n, "delete", deletes, counter.count))
-                    sys.stdout.flush()
-                    loop.stop()
-                finally:
-                    store.close()
+            measure(n, ns.ticks, ns.rounds, counter)
     finally:
         gc.callbacks.remove(counter)
     return 0

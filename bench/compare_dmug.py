@@ -3,9 +3,9 @@
 Each round runs, per size, one short process for the other checkout and one for this one, in
 turn, so that a burst of background load hits both alike. A process times the `parfusion`
 policy's allocate() on the synthetic intents of the measured checkout's bench/bench_dmug.py
-(the generator has not changed since it was written), cold and steady, plenty and scarce. The table gives, per cell, the
-median over rounds of each process's median, the best single tick in brackets, and the ratio
-of the medians (this / other).
+(the generator has not changed since it was written), cold and steady, plenty and scarce. The
+table gives, per cell, the median over rounds of each process's median, the best single tick
+in brackets, and the ratio of the medians (this / other).
 
     .venv/bin/python bench/compare_dmug.py OTHER_CHECKOUT [--rounds 5] [--sizes 10,100,1000,10000]
 

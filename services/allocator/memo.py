@@ -26,9 +26,8 @@ Rows are matched by intent id (``changed_from``), so an intent added or dropped,
 the later rows, leaves the others' Decisions and texts in place.
 
 Nothing here changes a result: a hit gives the same columns / an equal Decision / the same
-text as a miss. The
-memo lives on the policy instance (one per allocator loop, experiment run or preview), never in
-a module global; each slot is replaced by one assignment, so a concurrent preview can at worst
+text as a miss. The memo lives on the policy instance (one per allocator loop, experiment run or
+preview), never in a module global; each slot is replaced by one assignment, so a concurrent preview can at worst
 make the next tick miss.
 """
 
@@ -229,11 +228,11 @@ def row_map(old_ids: Sequence[str], new_ids: Sequence[str]) -> np.ndarray | None
     return np.fromiter(map(at.get, new_ids, itertools.repeat(-1)), np.int64, len(new_ids))
 
 
-def aligned(old: Mapping[str, Column], src: np.ndarray | None) -> dict[str, Column]:
+def aligned(old: Mapping[str, Column], src: np.ndarray | None) -> Mapping[str, Column]:
     """Old columns gathered to the new rows (`src` from row_map; a -1 row gets some old row's
     value, which ``changed_from`` marks changed anyway)."""
     if src is None:
-        return dict(old)
+        return old
     at = np.maximum(src, 0)
     rows = at.tolist()
     return {
@@ -267,7 +266,7 @@ class LastReasons:
     inputs: Mapping[str, Column]  # every column a reason template reads, one value per row
     texts: np.ndarray  # object array of str, read-only
     constants: Mapping[str, Any]  # what every row's text reads besides its columns (policy, ...)
-    ids: Sequence[str] = ()  # the intent id of each row
+    ids: Sequence[str]  # the intent id of each row
 
     def kept(
         self, ids: Sequence[str], inputs: Mapping[str, Column], constants: Mapping[str, Any]

@@ -8,7 +8,6 @@ common interceptor.
 
 from __future__ import annotations
 
-import operator
 import threading
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -87,12 +86,10 @@ class DecisionMetrics:
         TICKS.inc()
         decisions = tuple(result.decisions)
         with self._lock:
-            last, series = self._decisions, self._series
-            rows: list[int] | None = None
-            if len(decisions) == len(last) and (names is self._names or names == self._names):
-                rows = [k for k, same in enumerate(map(operator.is_, decisions, last)) if not same]
-                if any(decisions[k].intent_id != last[k].intent_id for k in rows):
-                    rows = None  # other intents, or the same in another order
+            series = self._series
+            rows = None
+            if names is self._names or names == self._names:
+                rows = model.changed_positions(decisions, self._decisions)
             if rows is not None:
                 for k in rows:
                     self._set(decisions[k], names)

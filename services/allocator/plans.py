@@ -17,7 +17,6 @@ nothing handed out aliases the cache.
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Mapping, Sequence
 
 from google.protobuf.timestamp_pb2 import Timestamp
@@ -121,11 +120,9 @@ class AllocationCache:
     ) -> list[bytes]:
         """One serialized entry per decision, in order; remembers them for the next plan."""
         decisions = tuple(decisions)
-        last = self._decisions
-        if intents is self._intents and len(decisions) == len(last):
-            changed = [k for k, same in enumerate(map(operator.is_, decisions, last)) if not same]
-            if all(decisions[k].intent_id == last[k].intent_id for k in changed):
-                return self._update(decisions, changed)
+        changed = model.changed_positions(decisions, self._decisions)
+        if intents is self._intents and changed is not None:
+            return self._update(decisions, changed)
         return self._rebuild(decisions, intents)
 
     def _build(self, d: model.Decision, intent: intent_pb2.ResourceIntent | None) -> _Kept:

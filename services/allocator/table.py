@@ -148,6 +148,9 @@ class BaseColumns:
 
     source: SpecColumns
     capacity: int
+    deadline: np.ndarray  # the specs' deadline_ms
+    seq: np.ndarray  # the specs' seq
+    base_service_ms: np.ndarray  # as given (tail1 is its floor at 1e-6)
     f: np.ndarray
     has_deadline: np.ndarray
     min_units: np.ndarray
@@ -182,6 +185,9 @@ def base_columns(columns: SpecColumns, capacity: int) -> BaseColumns:
     derived = BaseColumns(
         source=columns,
         capacity=capacity,
+        deadline=deadline,
+        seq=seq,
+        base_service_ms=base,
         f=np.minimum(np.maximum(f, 0.0), 1.0),
         has_deadline=(cls != BATCH) & (deadline > 0),
         min_units=mn.astype(np.int64),
@@ -244,7 +250,7 @@ def service_columns(
         count, mean, p95, p99, units = np.fromiter(flat, np.float64, 5 * k).reshape(k, 5).T
         target = np.fromiter(map(_TARGET_GETTER, (specs[i] for i in rows.tolist())), np.float64, k)
         tail1[rows], mean1[rows], rel[rows] = service_at_one_unit(
-            count, mean, p95, p99, units, columns.numeric[6][rows], base.f[rows], target
+            count, mean, p95, p99, units, base.base_service_ms[rows], base.f[rows], target
         )
     for a in (tail1, mean1, rel):
         a.flags.writeable = False  # kept for the next tick
@@ -302,7 +308,7 @@ def build_table(
         ids=ids,
         cls=cls,
         weight=base.weight,
-        deadline=columns.numeric[1],
+        deadline=base.deadline,
         has_deadline=base.has_deadline,
         min_units=base.min_units,
         cap=base.cap,
@@ -317,7 +323,7 @@ def build_table(
         ladder=columns.ladder,
         preemptible=columns.preemptible,
         elastic=columns.elastic,
-        seq=columns.numeric[8],
+        seq=base.seq,
         prev_units=prev_units,
         prev_since=prev_since,
         has_prev=has_prev,

@@ -13,7 +13,6 @@ reference policies) only the pool sizes change and every OS/GPU knob keeps its d
 from __future__ import annotations
 
 import dataclasses
-import functools
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -68,12 +67,6 @@ class Knobs:
 def _clip(a: np.ndarray, lo: float, hi: float) -> np.ndarray:
     """np.clip's result without its per-call overhead (a few microseconds at 100 rows)."""
     return np.minimum(np.maximum(a, lo), hi)
-
-
-@functools.lru_cache(maxsize=16)
-def _idle_where(arena: tuple[int, ...]) -> str:
-    """Where idle-time workers run, as their reason says it (the arena rarely changes)."""
-    return f"idle-time workers on cpus {format_cpuset(arena)}"
 
 
 def cpu_sets(table: IntentTable, plan: UnitPlan, cpu_ids: tuple[int, ...], capacity: int):
@@ -457,7 +450,7 @@ def decide(
         nice_l, sched_l, weight_l = nice, sched.tolist(), weight
         scavengers = scavenging.nonzero()[0].tolist()
         if scavengers:
-            where = _idle_where(arena)
+            where = f"idle-time workers on cpus {format_cpuset(arena)}"
             for i in scavengers:
                 sets[i] = arena
                 why[i] += (
