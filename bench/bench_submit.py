@@ -1,10 +1,13 @@
 """SubmitIntent throughput and p99 beside an empty unary RPC, measured by the same harness.
 
 The allocator runs in a child process (its own interpreter, so client and server do not share
-a GIL) with a trivial ``parfusion.bench.Empty/Ping`` method registered on the same server,
-behind the same interceptor. The same client (one channel, N threads of blocking calls) drives
-each method for the same time at the same concurrency. SubmitIntent goes through validation
-and the durable, group-committed SQLite store: a reply means the intent is committed.
+a GIL) with two trivial methods registered on the same server, behind the same interceptor:
+``parfusion.bench.Empty/Ping``, a coroutine like SubmitIntent (the least an RPC costs on this
+server, and what the ratio is taken against), and ``Empty/PingInPool``, a plain method, which
+the server runs in its thread pool as it runs most of the services' methods. The same client
+(one channel, N threads of blocking calls) drives each method for the same time at the same
+concurrency. SubmitIntent goes through validation and the durable, group-committed SQLite
+store: a reply means the intent is committed.
 
     .venv/bin/python bench/bench_submit.py                  # 16 concurrent callers, 5 s each
     .venv/bin/python bench/bench_submit.py --synchronous full --concurrency 32 --seconds 10
@@ -38,6 +41,7 @@ import grpc  # noqa: E402
 from parfusion.v1 import allocator_pb2, intent_pb2  # noqa: E402
 
 EMPTY_METHOD = "/parfusion.bench.Empty/Ping"
+EMPTY_IN_POOL_METHOD = "/parfusion.bench.Empty/PingInPool"
 
 
 def serve(port: int, synchronous: str, with_loop: bool) -> None:
@@ -57,10 +61,19 @@ def serve(port: int, synchronous: str, with_loop: bool) -> None:
     )
     registrations, hooks, handle = build_allocator(settings, start_loop=with_loop)
 
-    def add_empty(_servicer: object, server: grpc.Server) -> None:
-        handler = grpc.unary_unary_rpc_method_handler(lambda request, context: b"")
+    async def ping(request: bytes, context: object) -> bytes:
+        return b""
+
+    def ping_in_pool(request: bytes, context: object) -> bytes:
+        return b""
+
+    def add_empty(_servicer: object, server: grpc.aio.Server) -> None:
+        handlers = {
+            "Ping": grpc.unary_unary_rpc_method_handler(ping),
+            "PingInPool": grpc.unary_unary_rpc_method_handler(ping_in_pool),
+        }
         server.add_generic_rpc_handlers(
-            (grpc.method_handlers_generic_handler("parfusion.bench.Empty", {"Ping": handler}),)
+            (grpc.method_handlers_generic_handler("parfusion.bench.Empty", handlers),)
         )
 
     registrations.append((add_empty, None, "parfusion.bench.Empty"))
@@ -253,6 +266,9 @@ def main(argv: list[str] | None = None) -> int:
                 empty = ch.unary_unary(
                     EMPTY_METHOD, request_serializer=None, response_deserializer=None
                 )
+                empty_in_pool = ch.unary_unary(
+                    EMPTY_IN_POOL_METHOD, request_serializer=None, response_deserializer=None
+                )
                 submit = ch.unary_unary(
                     "/parfusion.v1.AllocatorService/SubmitIntent",
                     request_serializer=allocator_pb2.SubmitIntentRequest.SerializeToString,
@@ -263,13 +279,16 @@ def main(argv: list[str] | None = None) -> int:
                 slice_s = ns.seconds / ns.rounds
                 per_worker = int(ns.max_rate * (ns.seconds + ns.warmup) / ns.concurrency) + 1
                 make_submit = submit_requests("run", ns.concurrency, per_worker)
-                drive(empty, lambda k, i: b"", ns.warmup / 2, ns.concurrency)
-                drive(submit, make_submit, ns.warmup / 2, ns.concurrency)
-                empty_total, submit_total, ratios = Round(), Round(), []
+                drive(empty, lambda k, i: b"", ns.warmup, ns.concurrency)
+                drive(empty_in_pool, lambda k, i: b"", ns.warmup, ns.concurrency)
+                drive(submit, make_submit, ns.warmup, ns.concurrency)
+                empty_total, pool_total, submit_total, ratios = Round(), Round(), Round(), []
                 for _ in range(ns.rounds):
                     e = drive(empty, lambda k, i: b"", slice_s, ns.concurrency, server.pid)
+                    p = drive(empty_in_pool, lambda k, i: b"", slice_s, ns.concurrency, server.pid)
                     t = drive(submit, make_submit, slice_s, ns.concurrency, server.pid)
                     empty_total.add(e)
+                    pool_total.add(p)
                     submit_total.add(t)
                     ratios.append(t.rate_per_s / e.rate_per_s if e.rate_per_s else 0.0)
         finally:
@@ -279,20 +298,25 @@ def main(argv: list[str] | None = None) -> int:
             except subprocess.TimeoutExpired:
                 server.kill()
     empty_result, submit_result = empty_total.summary(), submit_total.summary()
+    pool_result = pool_total.summary()
     ratio = statistics.median(ratios)
     sys.stdout.write(
         f"concurrency {ns.concurrency}, {ns.rounds} interleaved rounds, {ns.seconds:g} s per method, "
         f"synchronous={ns.synchronous}, cpus={os.cpu_count()}\n"
-        f"{'method':<24}{'calls':>8}{'errors':>8}{'rate/s':>10}{'p50 ms':>9}{'p99 ms':>9}"
+        f"{'method':<32}{'calls':>8}{'errors':>8}{'rate/s':>10}{'p50 ms':>9}{'p99 ms':>9}"
         f"{'server us':>11}{'client us':>11}\n"
     )
-    for name, r in (("empty unary RPC", empty_result), ("SubmitIntent (durable)", submit_result)):
+    for name, r in (
+        ("empty unary RPC (coroutine)", empty_result),
+        ("empty unary RPC (thread pool)", pool_result),
+        ("SubmitIntent (durable)", submit_result),
+    ):
         sys.stdout.write(
-            f"{name:<24}{r['calls']:>8.0f}{r['errors']:>8.0f}{r['rate_per_s']:>10.0f}{r['p50_ms']:>9.2f}{r['p99_ms']:>9.2f}"
+            f"{name:<32}{r['calls']:>8.0f}{r['errors']:>8.0f}{r['rate_per_s']:>10.0f}{r['p50_ms']:>9.2f}{r['p99_ms']:>9.2f}"
             f"{r['server_cpu_us_per_call']:>11.0f}{r['client_cpu_us_per_call']:>11.0f}\n"
         )
     sys.stdout.write(
-        f"SubmitIntent / empty RPC rate, median of rounds: {ratio:.0%} "
+        f"SubmitIntent / empty RPC (coroutine) rate, median of rounds: {ratio:.0%} "
         f"(rounds: {', '.join(f'{r:.0%}' for r in ratios)}; target >= 50%)\n"
     )
     if ns.json:
@@ -303,6 +327,7 @@ def main(argv: list[str] | None = None) -> int:
                     "seconds": ns.seconds,
                     "synchronous": ns.synchronous,
                     "empty": empty_result,
+                    "empty_in_pool": pool_result,
                     "submit": submit_result,
                     "ratio": ratio,
                 },

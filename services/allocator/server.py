@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,7 +35,6 @@ from services.common.logs import configure_logging
 log = logging.getLogger(__name__)
 
 SERVICE_NAME = allocator_pb2.DESCRIPTOR.services_by_name["AllocatorService"].full_name
-WATCH_POLL_S = 0.5
 MAX_ARRIVAL_RATE_SCALE = 1000.0
 
 
@@ -71,13 +70,17 @@ class AllocatorServicer(allocator_pb2_grpc.AllocatorServiceServicer):
 
     # --- intents -----------------------------------------------------------------------------
 
-    def SubmitIntent(self, request: Any, context: Any) -> Any:  # noqa: N802
+    # SubmitIntent, DeleteIntent and WatchPlans are coroutines: they wait (for the commit, for
+    # the next plan) on the server's loop without holding a thread; the rest are plain methods
+    # run in the server's thread pool (services/common/grpc_server.py)
+
+    async def SubmitIntent(self, request: Any, context: Any) -> Any:  # noqa: N802
         if not request.HasField("intent"):
             raise InvalidArgument("required", field="intent")
         intent = normalize_intent(
             request.intent, known_lanes=self.known_lanes, default_node=self.node_name
         )
-        result = self.store.submit(intent)
+        result = await self.store.submit_async(intent)
         return allocator_pb2.SubmitIntentResponse(
             intent=result.intent, already_existed=result.already_existed
         )
@@ -99,10 +102,10 @@ class AllocatorServicer(allocator_pb2_grpc.AllocatorServiceServicer):
             intents=[s.intent for s in self.store.list_intents(cls)]
         )
 
-    def DeleteIntent(self, request: Any, context: Any) -> Any:  # noqa: N802
+    async def DeleteIntent(self, request: Any, context: Any) -> Any:  # noqa: N802
         if not request.id:
             raise InvalidArgument("required", field="id")
-        self.store.delete(request.id)  # NotFound for an unknown id
+        await self.store.delete_async(request.id)  # NotFound for an unknown id
         self.loop.metrics.forget([request.id])
         return allocator_pb2.DeleteIntentResponse(deleted=True)
 
@@ -120,7 +123,7 @@ class AllocatorServicer(allocator_pb2_grpc.AllocatorServiceServicer):
             reply.last_telemetry_at.CopyFrom(last_at)
         return reply
 
-    def WatchPlans(self, request: Any, context: Any) -> Iterator[Any]:  # noqa: N802
+    async def WatchPlans(self, request: Any, context: Any) -> AsyncIterator[Any]:  # noqa: N802
         sub = self.loop.feed.subscribe(self.watch_queue)
         last_sent = 0
         try:
@@ -129,8 +132,8 @@ class AllocatorServicer(allocator_pb2_grpc.AllocatorServiceServicer):
                 if current is not None:
                     last_sent = current.generation
                     yield _watch_reply(current)
-            while context.is_active():
-                item = sub.next(WATCH_POLL_S)
+            while True:  # a cancelled call (client gone) ends here with CancelledError
+                item = await sub.next_async()
                 if item is END:
                     return
                 if isinstance(item, PlanSnapshot) and item.generation > last_sent:

@@ -1,13 +1,15 @@
 """The durable intent store: SQLite in WAL mode under run/, group-committed, mirrored in memory.
 
-Every change (submit, delete) is queued; the caller that finds no commit in progress leads and
-commits every queued change in one transaction, the others are answered by that commit. A
-caller is answered only after COMMIT returned, so an acknowledged SubmitIntent is in the
-database. With ``journal_mode=WAL`` and ``synchronous=NORMAL`` (the default here) the committed
-frames are written to the WAL file with write(2) before COMMIT returns: a process crash
-(``kill -9``) cannot lose them; only an OS crash or power cut can lose the last transactions.
-``synchronous=FULL`` (config ``db_synchronous: full``) adds an fsync per group commit for
-power-loss durability.
+Every change (submit, delete) is queued for one writer thread, which commits all the changes
+queued so far together, as one SQL statement where it can (consecutive submits are one multi-row
+INSERT, committed on its own) and as one transaction otherwise. A caller is answered only after
+the commit returned, so an acknowledged SubmitIntent is in the database. Callers wait either
+blocking (``submit``, ``delete``) or in asyncio (``submit_async``, ``delete_async``, which the
+gRPC servicer awaits so that a waiting call holds no thread). With ``journal_mode=WAL`` and
+``synchronous=NORMAL`` (the default here) the committed frames are written to the WAL file with
+write(2) before the commit returns: a process crash (``kill -9``) cannot lose them; only an OS
+crash or power cut can lose the last transactions. ``synchronous=FULL`` (config
+``db_synchronous: full``) adds an fsync per commit for power-loss durability.
 
 Reads are served from an in-memory mirror updated after each commit, so GetIntent/ListIntents
 and the control loop never wait on a commit. ``version`` grows with every change; the loop
@@ -16,6 +18,7 @@ uses it to invalidate its cached intent list.
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import logging
 import sqlite3
@@ -23,8 +26,6 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from concurrent.futures import Future
-from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,8 +37,9 @@ from services.common.errors import AlreadyExists, FailedPrecondition, NotFound
 log = logging.getLogger(__name__)
 
 SYNCHRONOUS_LEVELS = ("normal", "full")
-MAX_BATCH = 256
-STRAND_GUARD_S = 0.5
+MAX_BATCH = 256  # changes committed together at most
+ROWS_PER_STATEMENT = 100  # 9 parameters a row: within SQLite's oldest limit of 999 per statement
+WRITER_CHECK_S = 1.0  # a blocked caller checks this often that the writer thread is alive
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS intents (
@@ -55,6 +57,11 @@ CREATE INDEX IF NOT EXISTS intents_by_class ON intents (workload_class, seq);
 CREATE INDEX IF NOT EXISTS intents_by_name ON intents (name);
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
+INSERT_ROW = "(?, ?, ?, ?, ?, ?, ?, ?, ?)"
+INSERT_INTO = (
+    "INSERT INTO intents"
+    " (seq, id, name, workload_class, priority, node, created_at_ns, content, body) VALUES "
+)
 
 
 @dataclass(frozen=True)
@@ -83,13 +90,129 @@ def new_intent_id() -> str:
 
 
 class _Op:
-    __slots__ = ("kind", "intent", "intent_id", "future")
+    """One queued change and how its caller learns the outcome: a lock it blocks on (sync), or
+    a future of its asyncio loop (async)."""
 
-    def __init__(self, kind: str, intent: intent_pb2.ResourceIntent | None, intent_id: str) -> None:
+    __slots__ = ("kind", "intent", "intent_id", "outcome", "failed", "done", "loop", "future")
+
+    def __init__(
+        self,
+        kind: str,
+        intent: intent_pb2.ResourceIntent | None,
+        intent_id: str,
+        loop: asyncio.AbstractEventLoop | None = None,
+    ) -> None:
         self.kind = kind
         self.intent = intent
         self.intent_id = intent_id
-        self.future: Future[object] = Future()
+        self.outcome: object = None
+        self.failed = False
+        self.loop = loop
+        self.future: asyncio.Future[object] | None = None
+        self.done: threading.Lock | None = None
+        if loop is None:
+            self.done = threading.Lock()
+            self.done.acquire()  # released by the writer once the outcome is set
+        else:
+            self.future = loop.create_future()
+
+    def settle(self, outcome: object, failed: bool) -> None:
+        self.outcome, self.failed = outcome, failed
+
+
+class _Changes:
+    """What one batch does, decided in order against the mirror and the batch's own earlier
+    changes: each caller's outcome, the mirror updates, and the SQL, consecutive changes of one
+    kind merged into one statement (a multi-row INSERT, a DELETE ... IN)."""
+
+    def __init__(self, store: IntentStore) -> None:
+        self.store = store
+        self.next_seq = store._next_seq
+        self.pending: dict[str, tuple[StoredIntent | None, bytes | None]] = {}
+        self.mirror: list[tuple[str, StoredIntent | None, bytes | None]] = []
+        self.groups: list[tuple[str, list[tuple[object, ...]]]] = []
+
+    def current(self, intent_id: str) -> tuple[StoredIntent | None, bytes | None]:
+        if intent_id in self.pending:
+            return self.pending[intent_id]
+        return self.store._mirror.get(intent_id), self.store._content.get(intent_id)
+
+    def _add(self, kind: str, row: tuple[object, ...]) -> None:
+        if (
+            self.groups
+            and self.groups[-1][0] == kind
+            and len(self.groups[-1][1]) < ROWS_PER_STATEMENT
+        ):
+            self.groups[-1][1].append(row)
+        else:
+            self.groups.append((kind, [row]))
+
+    def statements(self) -> list[tuple[str, list[object]]]:
+        out: list[tuple[str, list[object]]] = []
+        for kind, rows in self.groups:
+            if kind == "insert":
+                sql = INSERT_INTO + ", ".join([INSERT_ROW] * len(rows))
+            elif kind == "delete":
+                sql = f"DELETE FROM intents WHERE id IN ({', '.join('?' * len(rows))})"
+            else:
+                sql = "INSERT OR REPLACE INTO meta (key, value) VALUES " + ", ".join(
+                    ["(?, ?)"] * len(rows)
+                )
+            out.append((sql, [value for row in rows for value in row]))
+        return out
+
+    def apply(self, op: _Op) -> object:
+        if op.kind == "meta":
+            name, _, value = op.intent_id.partition("=")
+            self._add("meta", (name, value))
+            return True
+        if op.kind == "delete":
+            existing, _ = self.current(op.intent_id)
+            if existing is None:
+                raise NotFound(f"no intent with id {op.intent_id!r}", field="id")
+            self._add("delete", (op.intent_id,))
+            self.pending[op.intent_id] = (None, None)
+            self.mirror.append((op.intent_id, None, None))
+            return existing.intent
+        assert op.intent is not None
+        intent = intent_pb2.ResourceIntent()
+        intent.CopyFrom(op.intent)
+        key = content_key(intent)
+        if intent.id:
+            existing, existing_key = self.current(intent.id)
+            if existing is not None:
+                if existing_key == key:
+                    return SubmitResult(existing.intent, already_existed=True)
+                raise AlreadyExists(
+                    f"an intent with id {intent.id!r} already exists with different content "
+                    "(delete it first, or submit under another id)",
+                    field="intent.id",
+                )
+        else:
+            intent.id = new_intent_id()
+        created = Timestamp()
+        created.FromNanoseconds(self.store._clock())
+        intent.created_at.CopyFrom(created)
+        seq = self.next_seq
+        self.next_seq += 1
+        self._add(
+            "insert",
+            (
+                seq,
+                intent.id,
+                intent.name,
+                intent.workload_class,
+                intent.priority,
+                intent.node,
+                created.ToNanoseconds(),
+                key,
+                intent.SerializeToString(deterministic=True),
+            ),
+        )
+        stored = StoredIntent(seq, intent)
+        self.pending[intent.id] = (stored, key)
+        self.mirror.append((intent.id, stored, key))
+        return SubmitResult(intent, already_existed=False)
 
 
 class IntentStore:
@@ -121,11 +244,20 @@ class IntentStore:
             intent = intent_pb2.ResourceIntent.FromString(body)
             self._mirror[intent.id] = StoredIntent(seq, intent)
             self._content[intent.id] = content
+        # seq is given explicitly (so one statement can insert many rows) and, as AUTOINCREMENT
+        # would, never reuses the number of a deleted intent, across restarts too
+        (highest,) = self._db.execute("SELECT coalesce(max(seq), 0) FROM intents").fetchone()
+        used = self._db.execute("SELECT seq FROM sqlite_sequence WHERE name = 'intents'").fetchone()
+        self._next_seq = max(int(highest), int(used[0]) if used else 0) + 1
         self._ops: collections.deque[_Op] = collections.deque()
-        self._leader = threading.Lock()  # held by the caller committing the current group
-        self._closed = False
-        self.commits = 0  # transactions committed (ops / commits = mean group size)
+        self._wake = threading.Condition(threading.Lock())  # ops queued, or closing
+        self._closing = False
+        self.commits = 0  # batches committed (ops / commits = mean group size)
         self.committed_ops = 0
+        self._writer = threading.Thread(
+            target=self._write_loop, name="intent-store-writer", daemon=True
+        )
+        self._writer.start()
         log.info(
             "intent store open",
             extra={
@@ -177,7 +309,7 @@ class IntentStore:
             row = self._db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
         return None if row is None else str(row[0])
 
-    # --- writes (through the group-committing writer) ----------------------------------------
+    # --- writes (through the writer thread) --------------------------------------------------
 
     def submit(self, intent: intent_pb2.ResourceIntent) -> SubmitResult:
         """Store a validated intent. Empty id: one is assigned. Same id + same content: no-op
@@ -194,163 +326,147 @@ class IntentStore:
     def set_meta(self, key: str, value: str) -> None:
         self._run(_Op("meta", None, f"{key}={value}"))
 
+    async def submit_async(self, intent: intent_pb2.ResourceIntent) -> SubmitResult:
+        """``submit`` for a caller on an asyncio loop: waits without holding a thread."""
+        result = await self._run_async(_Op("submit", intent, intent.id, asyncio.get_running_loop()))
+        assert isinstance(result, SubmitResult)
+        return result
+
+    async def delete_async(self, intent_id: str) -> intent_pb2.ResourceIntent:
+        """``delete`` for a caller on an asyncio loop."""
+        result = await self._run_async(_Op("delete", None, intent_id, asyncio.get_running_loop()))
+        assert isinstance(result, intent_pb2.ResourceIntent)
+        return result
+
     def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        with self._leader:  # let the group in flight finish
-            self._drain()
+        """Commit what is queued, stop the writer, close the database (later writes are refused)."""
+        with self._wake:
+            if self._closing:
+                return
+            self._closing = True
+            self._wake.notify()
+        self._writer.join()
         with self._db_lock:
             self._db.close()
 
+    def _enqueue(self, op: _Op) -> None:
+        with self._wake:
+            if self._closing:
+                raise FailedPrecondition("intent store is closed")
+            self._ops.append(op)
+            self._wake.notify()
+
     def _run(self, op: _Op) -> object:
-        """Group commit without a writer thread: the caller that finds no commit running leads,
-        committing every op queued so far in one transaction; callers that arrive meanwhile
-        queue up and wait, and are committed by the leader's next round.
+        assert op.done is not None
+        self._enqueue(op)
+        while not op.done.acquire(timeout=WRITER_CHECK_S):
+            if not self._writer.is_alive():  # only a bug ends it with ops queued
+                raise FailedPrecondition("intent store writer stopped")
+        if op.failed:
+            raise op.outcome  # type: ignore[misc]
+        return op.outcome
 
-        No op is stranded: a caller queues *before* trying to lead, and a leader looks at the
-        queue again *after* releasing, so an op queued while a leader held the lock is either
-        in that leader's drain, seen by its re-check, or led by its own caller."""
-        if self._closed:
-            raise FailedPrecondition("intent store is closed")
-        self._ops.append(op)
-        while not op.future.done():
-            if self._lead():
-                continue
+    async def _run_async(self, op: _Op) -> object:
+        assert op.future is not None
+        self._enqueue(op)
+        return await op.future
+
+    def _write_loop(self) -> None:
+        """The writer thread: commit everything queued, answer its callers, repeat; on close,
+        drain the queue first. An op is queued only while not closing, and the writer leaves only
+        when closing with an empty queue, so no op is left unanswered."""
+        while True:
+            with self._wake:
+                while not self._ops and not self._closing:
+                    self._wake.wait()
+                if not self._ops:
+                    return
+                batch = [self._ops.popleft() for _ in range(min(len(self._ops), MAX_BATCH))]
             try:
-                op.future.result(timeout=STRAND_GUARD_S)
-            except FutureTimeout:
-                pass  # belt and braces: re-check and lead if nobody did
-            except Exception:
-                break
-        return op.future.result()
-
-    def _lead(self) -> bool:
-        """Commit queued ops while there are any and nobody else is committing them."""
-        led = False
-        while self._ops and self._leader.acquire(blocking=False):
-            led = True
-            try:
-                self._drain()
-            finally:
-                self._leader.release()
-        return led
-
-    def _drain(self) -> None:
-        while self._ops:
-            batch: list[_Op] = []
-            while self._ops and len(batch) < MAX_BATCH:
-                batch.append(self._ops.popleft())
-            self._commit(batch)
+                self._commit(batch)
+            except BaseException as exc:  # never leave a caller waiting
+                log.exception("intent store writer failed", extra={"batch": len(batch)})
+                for op in batch:
+                    op.settle(exc, True)
+            _answer(batch)
 
     def _commit(self, batch: list[_Op]) -> None:
-        """One transaction for the whole batch; futures resolve only after COMMIT."""
-        outcomes: list[tuple[_Op, object]] = []
-        mirror_changes: list[tuple[str, StoredIntent | None, bytes | None]] = []
-        pending: dict[str, tuple[StoredIntent | None, bytes | None]] = {}
-
-        def current(intent_id: str) -> tuple[StoredIntent | None, bytes | None]:
-            if intent_id in pending:
-                return pending[intent_id]
-            return self._mirror.get(intent_id), self._content.get(intent_id)
-
-        try:
-            with self._db_lock:
-                self._db.execute("BEGIN IMMEDIATE")
-                for op in batch:
-                    try:
-                        outcome = self._apply(op, current, pending, mirror_changes)
-                    except Exception as exc:  # domain errors answer this caller only
-                        outcome = exc
-                    outcomes.append((op, outcome))
-                self._db.execute("COMMIT")
-            with self._lock:
-                for intent_id, stored, content in mirror_changes:
-                    if stored is None:
-                        self._mirror.pop(intent_id, None)
-                        self._content.pop(intent_id, None)
-                    else:
-                        self._mirror[intent_id] = stored
-                        self._content[intent_id] = content or b""
-                if mirror_changes:
-                    self.version += 1
-                self.commits += 1
-                self.committed_ops += len(batch)
-        except Exception as exc:
-            log.exception("intent store commit failed", extra={"batch": len(batch)})
+        """One batch: outcomes decided in order, then its statements, then the mirror. A domain
+        error answers its own caller only; a failed commit answers every caller with it and
+        leaves the mirror as it was."""
+        changes = _Changes(self)
+        for op in batch:
+            try:
+                op.settle(changes.apply(op), False)
+            except Exception as exc:
+                op.settle(exc, True)
+        statements = changes.statements()
+        if statements:
             try:
                 with self._db_lock:
-                    self._db.execute("ROLLBACK")
+                    self._execute(statements)
+            except Exception as exc:
+                log.exception("intent store commit failed", extra={"batch": len(batch)})
+                for op in batch:
+                    op.settle(exc, True)
+                return
+        self._next_seq = changes.next_seq
+        with self._lock:
+            for intent_id, stored, content in changes.mirror:
+                if stored is None:
+                    self._mirror.pop(intent_id, None)
+                    self._content.pop(intent_id, None)
+                else:
+                    self._mirror[intent_id] = stored
+                    self._content[intent_id] = content or b""
+            if changes.mirror:
+                self.version += 1
+            self.commits += 1
+            self.committed_ops += len(batch)
+
+    def _execute(self, statements: list[tuple[str, list[object]]]) -> None:
+        """One statement commits on its own (autocommit); several run in one transaction."""
+        if len(statements) == 1:
+            sql, params = statements[0]
+            self._db.execute(sql, params)
+            return
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            for sql, params in statements:
+                self._db.execute(sql, params)
+            self._db.execute("COMMIT")
+        except BaseException:
+            try:
+                self._db.execute("ROLLBACK")
             except sqlite3.Error:
                 pass
-            for op in batch:
-                if not op.future.done():
-                    op.future.set_exception(exc)
-            return
-        for op, outcome in outcomes:
-            if isinstance(outcome, BaseException):
-                op.future.set_exception(outcome)
-            else:
-                op.future.set_result(outcome)
+            raise
 
-    def _apply(
-        self,
-        op: _Op,
-        current: Callable[[str], tuple[StoredIntent | None, bytes | None]],
-        pending: dict[str, tuple[StoredIntent | None, bytes | None]],
-        changes: list[tuple[str, StoredIntent | None, bytes | None]],
-    ) -> object:
-        if op.kind == "meta":
-            name, _, value = op.intent_id.partition("=")
-            self._db.execute(
-                "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (name, value)
-            )
-            return True
-        if op.kind == "delete":
-            existing, _ = current(op.intent_id)
-            if existing is None:
-                raise NotFound(f"no intent with id {op.intent_id!r}", field="id")
-            self._db.execute("DELETE FROM intents WHERE id = ?", (op.intent_id,))
-            pending[op.intent_id] = (None, None)
-            changes.append((op.intent_id, None, None))
-            return existing.intent
-        assert op.intent is not None
-        intent = intent_pb2.ResourceIntent()
-        intent.CopyFrom(op.intent)
-        key = content_key(intent)
-        if intent.id:
-            existing, existing_key = current(intent.id)
-            if existing is not None:
-                if existing_key == key:
-                    return SubmitResult(existing.intent, already_existed=True)
-                raise AlreadyExists(
-                    f"an intent with id {intent.id!r} already exists with different content "
-                    "(delete it first, or submit under another id)",
-                    field="intent.id",
-                )
+
+def _answer(batch: list[_Op]) -> None:
+    """Wake each caller: blocked ones by their lock, asyncio ones by one callback per loop."""
+    by_loop: dict[asyncio.AbstractEventLoop, list[_Op]] = {}
+    for op in batch:
+        if op.done is not None:
+            op.done.release()
+        elif op.loop is not None:
+            by_loop.setdefault(op.loop, []).append(op)
+    for loop, ops in by_loop.items():
+        try:
+            loop.call_soon_threadsafe(_resolve, ops)
+        except RuntimeError:  # that loop is closed: nobody is waiting any more
+            pass
+
+
+def _resolve(ops: list[_Op]) -> None:
+    for op in ops:
+        future = op.future
+        if future is None or future.done():  # the caller was cancelled meanwhile
+            continue
+        if op.failed:
+            future.set_exception(op.outcome)  # type: ignore[arg-type]
         else:
-            intent.id = new_intent_id()
-        created = Timestamp()
-        created.FromNanoseconds(self._clock())
-        intent.created_at.CopyFrom(created)
-        cursor = self._db.execute(
-            "INSERT INTO intents (id, name, workload_class, priority, node, created_at_ns, content, body)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                intent.id,
-                intent.name,
-                intent.workload_class,
-                intent.priority,
-                intent.node,
-                created.ToNanoseconds(),
-                key,
-                intent.SerializeToString(deterministic=True),
-            ),
-        )
-        stored = StoredIntent(int(cursor.lastrowid or 0), intent)
-        pending[intent.id] = (stored, key)
-        changes.append((intent.id, stored, key))
-        return SubmitResult(intent, already_existed=False)
+            future.set_result(op.outcome)
 
 
 def _now_ns() -> int:

@@ -2,17 +2,25 @@
 
 Every gRPC service's ``server.py`` builds its servicers and calls :func:`start_grpc_server`
 (tests, in-process) or :func:`serve_forever` (``main()``, with SIGTERM/SIGINT drain).
+
+The server is grpc.aio's, on an asyncio loop of its own thread, behind the same blocking API
+(``RunningServer``) for its callers. A servicer method written ``async def`` runs on that loop
+and holds no thread while it waits (SubmitIntent waiting for its commit, WatchPlans waiting for
+the next plan); a plain method runs in the server's thread pool, as it would in a threaded
+server, so it may block. With threads only, every open stream and every call waiting for a
+commit held one of the pool's threads: a few streams could leave no thread for anything else.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import signal
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from concurrent import futures
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -25,20 +33,26 @@ from services.common.interceptors import ServiceInterceptor
 log = logging.getLogger(__name__)
 
 # (add_XServicer_to_server, servicer, full service name from the generated DESCRIPTOR)
-Registration = tuple[Callable[[Any, grpc.Server], None], Any, str]
+Registration = tuple[Callable[[Any, Any], None], Any, str]
+T = TypeVar("T")
+LOOP_CALL_TIMEOUT_S = 30.0  # start, health changes: far longer than any of them takes
 
 
 @dataclass
 class RunningServer:
-    server: grpc.Server
+    server: grpc.aio.Server
     port: int
-    health: health.HealthServicer
+    health: health.aio.HealthServicer
     service_names: list[str]
+    loop: asyncio.AbstractEventLoop
+    thread: threading.Thread
+    pool: futures.ThreadPoolExecutor
     metrics_port: int | None = None
     metrics_server: Any = None
     _on_stop: list[Callable[[], None]] = field(default_factory=list)
     _on_drain: list[Callable[[], None]] = field(default_factory=list)
     _stopped: threading.Event = field(default_factory=threading.Event)
+    _stop_lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
     def address(self) -> str:
@@ -53,27 +67,42 @@ class RunningServer:
         cleanly here, so they finish with OK instead of being cancelled by ``server.stop``."""
         self._on_drain.append(fn)
 
+    def call(self, coro: Coroutine[Any, Any, T], timeout: float = LOOP_CALL_TIMEOUT_S) -> T:
+        """Run a coroutine on the server's loop from another thread and return its result."""
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def enter_graceful_shutdown(self) -> None:
+        """Health NOT_SERVING for every service (new Checks and Watches see it at once)."""
+        self.call(self.health.enter_graceful_shutdown())
+
     def stop(self, grace: float = 2.0) -> None:
-        if self._stopped.is_set():
-            return
-        self._stopped.set()
-        self.health.enter_graceful_shutdown()
-        for fn in self._on_drain:
+        with self._stop_lock:
+            if self._stopped.is_set():
+                return
             try:
-                fn()
-            except Exception:
-                log.exception("drain hook failed")
-        self.server.stop(grace).wait(grace + 1)
-        for fn in reversed(self._on_stop):
-            try:
-                fn()
-            except Exception:
-                log.exception("shutdown hook failed")
-        if self.metrics_server is not None:
-            self.metrics_server.shutdown()
+                self.enter_graceful_shutdown()
+                for fn in self._on_drain:
+                    try:
+                        fn()
+                    except Exception:
+                        log.exception("drain hook failed")
+                self.call(self.server.stop(grace), timeout=grace + LOOP_CALL_TIMEOUT_S)
+            finally:
+                self.loop.call_soon_threadsafe(self.loop.stop)
+                self.thread.join(timeout=LOOP_CALL_TIMEOUT_S)
+                self.pool.shutdown(wait=False, cancel_futures=True)
+                self._stopped.set()
+            for fn in reversed(self._on_stop):
+                try:
+                    fn()
+                except Exception:
+                    log.exception("shutdown hook failed")
+            if self.metrics_server is not None:
+                self.metrics_server.shutdown()
 
     def wait(self) -> None:
-        self.server.wait_for_termination()
+        """Block until ``stop`` has stopped the server."""
+        self._stopped.wait()
 
 
 def start_grpc_server(
@@ -85,12 +114,60 @@ def start_grpc_server(
     api_token: str | None = None,
     max_workers: int = 16,
 ) -> RunningServer:
-    server = grpc.server(
-        futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="grpc"),
-        interceptors=[ServiceInterceptor(api_token)],
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=_run_loop, args=(loop,), name="grpc-loop", daemon=True)
+    thread.start()
+    pool = futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="grpc")
+    try:
+        server, bound, health_servicer, names = asyncio.run_coroutine_threadsafe(
+            _start(list(registrations), host, port, api_token, pool), loop
+        ).result(LOOP_CALL_TIMEOUT_S)
+    except BaseException:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=LOOP_CALL_TIMEOUT_S)
+        pool.shutdown(wait=False)
+        raise
+    running = RunningServer(
+        server=server,
+        port=bound,
+        health=health_servicer,
+        service_names=names,
+        loop=loop,
+        thread=thread,
+        pool=pool,
+    )
+    if metrics_port is not None:
+        try:
+            httpd, _thread = start_http_server(metrics_port, addr=host)
+        except BaseException:
+            running.stop(0)
+            raise
+        running.metrics_server = httpd
+        running.metrics_port = httpd.server_address[1]
+    return running
+
+
+def _run_loop(loop: asyncio.AbstractEventLoop) -> None:
+    asyncio.set_event_loop(loop)
+    try:
+        loop.run_forever()
+    finally:
+        loop.close()
+
+
+async def _start(
+    registrations: list[Registration],
+    host: str,
+    port: int,
+    api_token: str | None,
+    pool: futures.ThreadPoolExecutor,
+) -> tuple[grpc.aio.Server, int, health.aio.HealthServicer, list[str]]:
+    server = grpc.aio.server(
+        pool,  # where grpc.aio itself runs any plain handler the interceptor leaves as it is
+        interceptors=[ServiceInterceptor(api_token, pool)],
         options=[("grpc.so_reuseport", 0)],
     )
-    health_servicer = health.HealthServicer(experimental_non_blocking=True)
+    health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     names: list[str] = []
     for add, servicer, name in registrations:
@@ -102,15 +179,10 @@ def start_grpc_server(
     bound = server.add_insecure_port(f"{host}:{port}")
     if bound == 0:
         raise OSError(f"cannot bind gRPC server to {host}:{port}")
-    server.start()
+    await server.start()
     for name in [*names, ""]:
-        health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
-    running = RunningServer(server=server, port=bound, health=health_servicer, service_names=names)
-    if metrics_port is not None:
-        httpd, _thread = start_http_server(metrics_port, addr=host)
-        running.metrics_server = httpd
-        running.metrics_port = httpd.server_address[1]
-    return running
+        await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    return server, bound, health_servicer, names
 
 
 def serve_forever(

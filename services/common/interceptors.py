@@ -3,14 +3,22 @@
 Mutating RPCs (by verb) need ``authorization: Bearer <token>`` (or ``x-api-token``) when
 PARFUSION_API_TOKEN is set. Domain errors become their status code; anything unexpected is
 logged and answered INTERNAL, never a hung call.
+
+It runs on grpc.aio's loop (services/common/grpc_server.py). A servicer method written
+``async def`` (or as an async generator) is awaited there; a plain method is called in the
+server's thread pool, so it may block, with a ``ThreadContext`` whose ``abort`` works from that
+thread. Either kind reports expected errors by raising DomainError.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hmac
+import inspect
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
+from concurrent.futures import Executor
 from typing import Any
 
 import grpc
@@ -67,24 +75,111 @@ def _split(full_method: str) -> tuple[str, str]:
     return service.rsplit(".", 1)[-1], method
 
 
-class ServiceInterceptor(grpc.ServerInterceptor):
-    def __init__(self, api_token: str | None = None) -> None:
-        self._token = api_token
+class _AbortRequested(Exception):
+    """Raised by ``ThreadContext.abort`` in a pool thread; answered on the loop."""
 
-    def intercept_service(self, continuation: Callable[..., Any], details: Any) -> Any:
-        handler = continuation(details)
-        if handler is None:
-            return None
+    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+        super().__init__(details)
+        self.code, self.details = code, details
+
+
+class ThreadContext:
+    """The context a plain servicer method gets in the thread pool: what it may read of the
+    call, and ``abort``, which ends the method and answers the call with that status."""
+
+    __slots__ = ("_context",)
+
+    def __init__(self, context: grpc.aio.ServicerContext) -> None:
+        self._context = context
+
+    def abort(self, code: grpc.StatusCode, details: str = "") -> None:
+        raise _AbortRequested(code, details)
+
+    def invocation_metadata(self) -> Any:
+        return self._context.invocation_metadata()
+
+    def peer(self) -> str:
+        return self._context.peer()
+
+    def time_remaining(self) -> float | None:
+        return self._context.time_remaining()
+
+    def is_active(self) -> bool:
+        return not self._context.done()
+
+
+class _Outcome:
+    """Around one call: maps what the method raised to the call's status (grpc's abort) and
+    records the status code and duration in the RPC metrics."""
+
+    __slots__ = ("code", "service", "method", "context", "start")
+
+    def __init__(self, service: str, method: str, context: grpc.aio.ServicerContext) -> None:
+        self.code = "OK"
+        self.service, self.method, self.context = service, method, context
+        self.start = 0.0
+
+    async def __aenter__(self) -> None:
+        self.start = time.perf_counter()
+
+    async def __aexit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+        try:
+            if isinstance(exc, asyncio.CancelledError):
+                self.code = "CANCELLED"
+            elif isinstance(exc, Exception):
+                await self._answer(exc)  # raises grpc's abort
+        finally:
+            RPC_TOTAL.labels(self.service, self.method, self.code).inc()
+            RPC_SECONDS.labels(self.service, self.method).observe(time.perf_counter() - self.start)
+
+    async def _answer(self, exc: Exception) -> None:
+        context = self.context
+        if isinstance(exc, grpc.aio.AbortError):  # the method aborted: its status stands
+            code = context.code()
+            self.code = code.name if code is not None else "UNKNOWN"
+            return
+        if isinstance(exc, _AbortRequested):
+            self.code = exc.code.name
+            await context.abort(exc.code, exc.details)
+        if isinstance(exc, DomainError):
+            self.code = exc.code.name
+            await context.abort(exc.code, exc.message)
+        self.code = "INTERNAL"
+        log.exception("unhandled error", extra={"method": self.method}, exc_info=exc)
+        await context.abort(
+            grpc.StatusCode.INTERNAL, f"{self.method}: internal error: {type(exc).__name__}"
+        )
+
+
+class ServiceInterceptor(grpc.aio.ServerInterceptor):
+    def __init__(self, api_token: str | None, pool: Executor) -> None:
+        self._token = api_token
+        self._pool = pool
+        self._wrapped: dict[str, grpc.RpcMethodHandler] = {}  # per method, built once
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
         full = details.method
-        if full.startswith("/grpc."):
-            return handler
-        service, method = _split(full)
-        if self._token and is_mutating(method):
+        wrapped = self._wrapped.get(full)
+        if wrapped is None:
+            handler = await continuation(details)
+            if handler is None or full.startswith("/grpc."):
+                return handler
+            wrapped = self._wrap(handler, *_split(full))
+            self._wrapped[full] = wrapped
+        if self._token and is_mutating(_split(full)[1]):
             given = token_from_metadata(details.invocation_metadata)
             if given is None or not hmac.compare_digest(given, self._token):
+                method = _split(full)[1]
                 return _deny(
-                    handler, f"{method} needs a valid API token (authorization: Bearer ...)"
+                    wrapped, f"{method} needs a valid API token (authorization: Bearer ...)"
                 )
+        return wrapped
+
+    def _wrap(self, handler: grpc.RpcMethodHandler, service: str, method: str) -> Any:
         if handler.unary_unary:
             return grpc.unary_unary_rpc_method_handler(
                 self._wrap_unary(handler.unary_unary, service, method),
@@ -92,70 +187,53 @@ class ServiceInterceptor(grpc.ServerInterceptor):
                 response_serializer=handler.response_serializer,
             )
         if handler.unary_stream:
+            if not inspect.isasyncgenfunction(handler.unary_stream):
+                raise TypeError(f"{method}: a streaming method must be an async generator")
             return grpc.unary_stream_rpc_method_handler(
-                self._wrap_stream(handler.unary_stream, service, method),
+                _wrap_stream(handler.unary_stream, service, method),
                 request_deserializer=handler.request_deserializer,
                 response_serializer=handler.response_serializer,
             )
         return handler
 
-    @staticmethod
-    def _wrap_unary(fn: Callable[..., Any], service: str, method: str) -> Callable[..., Any]:
-        def call(request: Any, context: grpc.ServicerContext) -> Any:
-            start = time.perf_counter()
-            code = "OK"
-            try:
-                return fn(request, context)
-            except DomainError as exc:
-                code = exc.code.name
-                context.abort(exc.code, exc.message)
-            except Exception as exc:
-                # abort() raises an Exception subclass too: keep the code it set.
-                if context.code() is not None:
-                    code = context.code().name
-                    raise
-                code = "INTERNAL"
-                log.exception("unhandled error", extra={"method": method})
-                context.abort(
-                    grpc.StatusCode.INTERNAL, f"{method}: internal error: {type(exc).__name__}"
+    def _wrap_unary(self, fn: Callable[..., Any], service: str, method: str) -> Any:
+        pool = self._pool
+        if inspect.iscoroutinefunction(fn):
+            run: Callable[[Any, Any], Awaitable[Any]] = fn
+        else:
+
+            def run(request: Any, context: Any) -> Awaitable[Any]:
+                return asyncio.get_running_loop().run_in_executor(
+                    pool, fn, request, ThreadContext(context)
                 )
-            finally:
-                RPC_TOTAL.labels(service, method, code).inc()
-                RPC_SECONDS.labels(service, method).observe(time.perf_counter() - start)
 
-        return call
-
-    @staticmethod
-    def _wrap_stream(fn: Callable[..., Any], service: str, method: str) -> Callable[..., Any]:
-        def call(request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
-            start = time.perf_counter()
-            code = "OK"
-            try:
-                yield from fn(request, context)
-            except DomainError as exc:
-                code = exc.code.name
-                context.abort(exc.code, exc.message)
-            except Exception:
-                if context.code() is not None:
-                    code = context.code().name
-                    raise
-                code = "INTERNAL"
-                log.exception("unhandled stream error", extra={"method": method})
-                context.abort(grpc.StatusCode.INTERNAL, f"{method}: internal error")
-            finally:
-                RPC_TOTAL.labels(service, method, code).inc()
-                RPC_SECONDS.labels(service, method).observe(time.perf_counter() - start)
+        async def call(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            async with _Outcome(service, method, context):
+                return await run(request, context)
 
         return call
 
 
-def _deny(handler: Any, message: str) -> Any:
-    def abort(request: Any, context: grpc.ServicerContext) -> Any:
-        context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
+def _wrap_stream(fn: Callable[..., AsyncIterator[Any]], service: str, method: str) -> Any:
+    async def call(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+        async with _Outcome(service, method, context):
+            async for reply in fn(request, context):
+                yield reply
+
+    return call
+
+
+def _deny(handler: grpc.RpcMethodHandler, message: str) -> Any:
+    async def abort(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        await context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
+
+    async def abort_stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+        await context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
+        yield  # an async generator, as the method it stands for
 
     if handler.unary_stream:
         return grpc.unary_stream_rpc_method_handler(
-            abort,
+            abort_stream,
             request_deserializer=handler.request_deserializer,
             response_serializer=handler.response_serializer,
         )

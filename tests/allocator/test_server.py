@@ -160,6 +160,34 @@ def test_watch_plans_current_first_then_new_and_clean_end(start: Start, stub_for
     assert stream.code() == grpc.StatusCode.OK
 
 
+def test_open_watch_streams_hold_no_thread(start: Start, stub_for: StubFor) -> None:
+    """More open WatchPlans streams than the server has threads: submits, reads and a clean
+    shutdown still go through (with one thread per stream, 16 streams left none for them)."""
+    running = start()
+    stub = stub_for(running.address)
+    streams = [
+        stub.WatchPlans(allocator_pb2.WatchPlansRequest(include_current=False), timeout=30)
+        for _ in range(40)
+    ]
+    deadline = time.monotonic() + 10
+    while running.handle.loop.feed.subscriber_count() < 40 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert running.handle.loop.feed.subscriber_count() == 40
+    submitted = _submit(stub, online_intent())
+    assert stub.GetIntent(allocator_pb2.GetIntentRequest(id=submitted.intent.id), timeout=2)
+    running.handle.loop.tick()
+    firsts = [next(stream).node_plan.generation for stream in streams]
+    assert firsts == [1] * 40
+    streams[0].cancel()  # a client that leaves is unsubscribed
+    deadline = time.monotonic() + 5
+    while running.handle.loop.feed.subscriber_count() > 39 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert running.handle.loop.feed.subscriber_count() == 39
+    running.stop(grace=1.0)
+    for stream in streams[1:]:
+        assert list(stream) == [] and stream.code() == grpc.StatusCode.OK
+
+
 def test_preview_applies_nothing(start: Start, stub_for: StubFor) -> None:
     running = start()
     stub = stub_for(running.address)

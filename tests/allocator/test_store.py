@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from parfusion.v1 import intent_pb2
-from services.allocator.store import IntentStore
+from services.allocator.store import IntentStore, _Op
 from services.allocator.validation import normalize_intent
-from services.common.errors import AlreadyExists, NotFound
+from services.common.errors import AlreadyExists, FailedPrecondition, NotFound
 
 
 def intent(name: str, intent_id: str = "", deadline: float = 50.0) -> intent_pb2.ResourceIntent:
@@ -125,3 +128,133 @@ def test_meta_roundtrip(store: IntentStore) -> None:
     assert store.meta("seeded") is None
     store.set_meta("seeded", "yes")
     assert store.meta("seeded") == "yes"
+
+
+def _batch_behind_a_held_commit(store: IntentStore, calls: list[Callable[[], object]]):
+    """Run `calls` from threads so that the writer commits them as one batch: a first submit
+    is held inside its commit (the connection lock) until all of them are queued behind it.
+    Returns each call's result or the exception it raised, in order."""
+    results: list[object] = [None] * len(calls)
+
+    def run(k: int) -> None:
+        try:
+            results[k] = calls[k]()
+        except Exception as exc:
+            results[k] = exc
+
+    opener = _Op("submit", intent("opener", "opener"), "opener")
+    with store._db_lock:
+        store._enqueue(opener)
+        deadline = time.monotonic() + 5
+        while store._ops and time.monotonic() < deadline:  # the writer took the opener
+            time.sleep(0.001)
+        threads = []
+        for k in range(len(calls)):
+            threads.append(threading.Thread(target=run, args=(k,)))
+            threads[-1].start()
+            while len(store._ops) < k + 1 and time.monotonic() < deadline:
+                time.sleep(0.001)
+        assert len(store._ops) == len(calls)
+    assert opener.done is not None and opener.done.acquire(timeout=5)
+    for t in threads:
+        t.join(5)
+    return results
+
+
+def test_one_batch_keeps_the_order_of_its_changes(tmp_path: Path) -> None:
+    """Deletes, resubmits, duplicates and conflicts inside one batch (several statements in one
+    transaction) answer each caller as if committed one by one, and survive a reopen."""
+    path = tmp_path / "a.db"
+    store = IntentStore(path)
+    store.submit(intent("web", "web", deadline=50))
+    commits = store.commits
+    results = _batch_behind_a_held_commit(
+        store,
+        [
+            lambda: store.delete("web"),
+            lambda: store.submit(intent("web", "web", deadline=80)),  # same id, new content
+            lambda: store.submit(intent("web", "web", deadline=80)),  # the same again: a no-op
+            lambda: store.submit(intent("api", "api")),
+            lambda: store.submit(intent("api", "api", deadline=99)),  # conflicts with the one above
+            lambda: store.delete("nope"),
+            lambda: store.submit(intent("job", "job")),
+        ],
+    )
+    assert store.commits == commits + 2  # the opener, then the seven together
+    deleted, resubmitted, again, api, conflict, missing, job = results
+    assert isinstance(deleted, intent_pb2.ResourceIntent) and deleted.slo.deadline_ms == 50
+    assert not resubmitted.already_existed and resubmitted.intent.slo.deadline_ms == 80  # type: ignore[union-attr]
+    assert again.already_existed  # type: ignore[union-attr]
+    assert not api.already_existed  # type: ignore[union-attr]
+    assert isinstance(conflict, AlreadyExists) and isinstance(missing, NotFound)
+    assert not job.already_existed  # type: ignore[union-attr]
+    order = ["opener", "web", "api", "job"]
+    assert [s.intent.id for s in store.list_intents()] == order
+    store.close()
+    reopened = IntentStore(path)
+    try:
+        assert [s.intent.id for s in reopened.list_intents()] == order
+        assert reopened.get("web").slo.deadline_ms == 80
+    finally:
+        reopened.close()
+
+
+def test_a_failed_commit_answers_every_caller_and_stores_nothing(store: IntentStore) -> None:
+    with sqlite3.connect(store.path) as db:  # a real SQLite failure inside the batch's statement
+        db.execute(
+            "CREATE TRIGGER refuse BEFORE INSERT ON intents WHEN NEW.name = 'poison' "
+            "BEGIN SELECT RAISE(ABORT, 'refused by trigger'); END"
+        )
+    version = store.version
+    results = _batch_behind_a_held_commit(
+        store,
+        [lambda: store.submit(intent("fine", "fine")), lambda: store.submit(intent("poison"))],
+    )
+    assert all(isinstance(r, sqlite3.IntegrityError) for r in results)
+    assert store.version == version + 1  # the opener only
+    with pytest.raises(NotFound):
+        store.get("fine")
+    assert store.submit(intent("fine", "fine")).intent.id == "fine"  # the writer goes on
+
+
+def test_seq_is_never_reused_after_deleting_the_newest(tmp_path: Path) -> None:
+    path = tmp_path / "a.db"
+    s = IntentStore(path)
+    s.submit(intent("a", "a"))
+    s.submit(intent("b", "b"))
+    b_seq = max(x.seq for x in s.list_intents())
+    s.delete("b")
+    s.close()
+    s2 = IntentStore(path)
+    try:
+        s2.submit(intent("c", "c"))
+        assert {x.intent.id: x.seq for x in s2.list_intents()}["c"] > b_seq
+    finally:
+        s2.close()
+
+
+def test_async_callers_are_answered_on_their_loop(store: IntentStore) -> None:
+    async def main() -> tuple[list[bool], intent_pb2.ResourceIntent, Exception]:
+        stored = await asyncio.gather(
+            *(store.submit_async(intent(f"svc-{k}", f"svc-{k}")) for k in range(50))
+        )
+        gone = await store.delete_async("svc-0")
+        try:
+            await store.delete_async("svc-0")
+        except NotFound as exc:
+            return [r.already_existed for r in stored], gone, exc
+        raise AssertionError("deleting twice succeeded")
+
+    existed, gone, missing = asyncio.run(main())
+    assert existed == [False] * 50 and gone.id == "svc-0"
+    assert missing.field == "id"
+    assert len(store) == 49
+    assert store.committed_ops == 52 and store.commits < 52  # gathered submits share commits
+
+
+def test_writes_after_close_are_refused(tmp_path: Path) -> None:
+    s = IntentStore(tmp_path / "a.db")
+    s.close()
+    with pytest.raises(FailedPrecondition):
+        s.submit(intent("late"))
+    s.close()  # closing twice is harmless

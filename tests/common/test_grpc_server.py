@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import threading
 import urllib.request
 from collections.abc import Iterator
 
@@ -10,7 +12,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from parfusion.v1 import nodeagent_pb2, nodeagent_pb2_grpc
+from parfusion.v1 import intent_pb2, nodeagent_pb2, nodeagent_pb2_grpc
 from services.common.clients import channel
 from services.common.errors import InvalidArgument, PermissionDenied
 from services.common.grpc_server import RunningServer, start_grpc_server
@@ -19,7 +21,8 @@ SERVICE = nodeagent_pb2.DESCRIPTOR.services_by_name["NodeAgentService"].full_nam
 
 
 class _Agent(nodeagent_pb2_grpc.NodeAgentServiceServicer):
-    """A minimal servicer that raises domain errors, to exercise the interceptor only."""
+    """A minimal servicer that raises domain errors, to exercise the interceptor only: plain
+    methods (run in the server's thread pool) and a coroutine (run on its loop)."""
 
     def GetNodeTelemetry(self, request, context):  # noqa: N802
         return nodeagent_pb2.GetNodeTelemetryResponse()
@@ -27,10 +30,23 @@ class _Agent(nodeagent_pb2_grpc.NodeAgentServiceServicer):
     def ControlProcess(self, request, context):  # noqa: N802
         if request.pid == 0:
             raise InvalidArgument("must be > 0", field="pid")
+        if request.pid == 2:
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "aborted from a pool thread")
+            raise AssertionError("abort returned")
         raise PermissionDenied(f"pid {request.pid} was not started by the agent")
 
     def InjectDisturbance(self, request, context):  # noqa: N802
         raise RuntimeError("boom")
+
+    async def ApplyNodePlan(self, request, context):  # noqa: N802
+        await asyncio.sleep(0)
+        if not request.plan.node:
+            raise InvalidArgument("required", field="plan.node")
+        if request.plan.node == "abort":
+            await context.abort(grpc.StatusCode.ABORTED, "aborted on the loop")
+        if request.plan.node == "crash":
+            raise KeyError("boom")
+        return nodeagent_pb2.ApplyNodePlanResponse(generation=request.plan.generation)
 
 
 def _start(token: str | None = None) -> RunningServer:
@@ -58,7 +74,7 @@ def test_health_serving_and_not_serving_after_stop() -> None:
                 stub.Check(health_pb2.HealthCheckRequest(service=name), timeout=2).status
                 == health_pb2.HealthCheckResponse.SERVING
             )
-    s.health.enter_graceful_shutdown()
+    s.enter_graceful_shutdown()
     with grpc.insecure_channel(s.address) as ch:
         reply = health_pb2_grpc.HealthStub(ch).Check(
             health_pb2.HealthCheckRequest(service=""), timeout=2
@@ -92,6 +108,61 @@ def test_domain_errors_map_to_status_codes(server: RunningServer) -> None:
         with pytest.raises(grpc.RpcError) as crash:
             stub.InjectDisturbance(nodeagent_pb2.InjectDisturbanceRequest(), timeout=2)
         assert crash.value.code() == grpc.StatusCode.INTERNAL
+
+
+def test_plain_methods_abort_from_their_thread_and_coroutines_map_errors(
+    server: RunningServer,
+) -> None:
+    with grpc.insecure_channel(server.address) as ch:
+        stub = nodeagent_pb2_grpc.NodeAgentServiceStub(ch)
+        with pytest.raises(grpc.RpcError) as aborted:
+            stub.ControlProcess(nodeagent_pb2.ControlProcessRequest(pid=2), timeout=2)
+        assert aborted.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert aborted.value.details() == "aborted from a pool thread"
+
+        def apply(node: str) -> grpc.RpcError:
+            plan = intent_pb2.NodePlan(node=node, generation=7)
+            with pytest.raises(grpc.RpcError) as err:
+                stub.ApplyNodePlan(nodeagent_pb2.ApplyNodePlanRequest(plan=plan), timeout=2)
+            return err.value
+
+        missing = apply("")
+        assert missing.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "plan.node" in missing.details()
+        assert apply("abort").code() == grpc.StatusCode.ABORTED
+        assert apply("crash").code() == grpc.StatusCode.INTERNAL
+        ok = stub.ApplyNodePlan(
+            nodeagent_pb2.ApplyNodePlanRequest(plan=intent_pb2.NodePlan(node="n", generation=7)),
+            timeout=2,
+        )
+        assert ok.generation == 7
+    body = (
+        urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=2)
+        .read()
+        .decode()
+    )
+    for code in ("RESOURCE_EXHAUSTED", "INVALID_ARGUMENT", "ABORTED", "INTERNAL", "OK"):
+        assert (
+            f'parfusion_grpc_requests_total{{code="{code}",method="'
+            + ("ControlProcess" if code == "RESOURCE_EXHAUSTED" else "ApplyNodePlan")
+            + '",service="NodeAgentService"}'
+        ) in body
+
+
+def test_stop_from_another_thread_ends_the_loop_and_runs_hooks() -> None:
+    s = _start()
+    order: list[str] = []
+    s.on_drain(lambda: order.append("drain"))
+    s.on_stop(lambda: order.append("stop"))
+    stopper = threading.Thread(target=s.stop, args=(0.5,))
+    stopper.start()
+    stopper.join(10)
+    s.wait()  # returns once stopped
+    assert order == ["drain", "stop"]
+    assert not s.thread.is_alive() and s.loop.is_closed()
+    with grpc.insecure_channel(s.address) as ch, pytest.raises(grpc.RpcError):
+        health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=1)
+    s.stop()  # a second stop does nothing
 
 
 def test_token_guards_mutating_calls_only() -> None:
