@@ -22,6 +22,7 @@ from parfusion.v1 import allocator_pb2, allocator_pb2_grpc, intent_pb2
 from services.allocator.convert import intents_in_file
 from services.common.clients import channel
 from services.common.errors import DomainError
+from services.common.latency import format_ms
 
 DEFAULT_ADDRESS = "127.0.0.1:50051"
 CLASSES = ("ONLINE", "BATCH", "ROBOT", "URGENT")
@@ -197,8 +198,8 @@ def _run_plan(ns: argparse.Namespace) -> int:
                     str(a.workers),
                     a.cgroup.cpuset_cpus or "-",
                     _short(intent_pb2.DegradationLevel, a.degradation, "DEGRADATION_LEVEL_"),
-                    f"{a.predicted_p99_ms:.1f}",
-                    f"{a.slack_ms:.1f}",
+                    format_ms(a.predicted_p99_ms, unit=""),
+                    format_ms(a.slack_ms, unit=""),
                     f"{a.deadline_risk:.2f}",
                     gpu,
                     _short(intent_pb2.AllocationState, a.state, "ALLOCATION_STATE_"),

@@ -11,8 +11,9 @@ from __future__ import annotations
 import numpy as np
 
 from services.allocator.model import DmugConfig, IntentSpec, NodeState
+from services.common.latency import UNBOUNDED_MS
 
-LATENCY_CEILING_MS = 1e9  # "never": an overloaded queue or a missing unit
+LATENCY_CEILING_MS = UNBOUNDED_MS  # "never": an overloaded queue or a missing unit
 MAX_UTILISATION = 0.999  # queueing model cut-off: above it the queue does not drain
 DEFAULT_REL_SPREAD = 0.25  # spread of the p99 estimate with no observations (relative)
 MIN_REL_SPREAD = 0.05

@@ -28,6 +28,7 @@ from starlette.templating import Jinja2Templates
 
 from services.common.config import ServiceSettings, parse_service_args, resolve_path
 from services.common.http import healthz_route, metrics_route, serve_http
+from services.common.latency import format_ms
 from services.common.logs import configure_logging
 from services.dashboard import metrics, views
 from services.dashboard.access import ActionGuard, token_ok, unlock_endpoint
@@ -266,15 +267,6 @@ def create_app(settings: ServiceSettings) -> Starlette:
     app = Starlette(routes=routes, lifespan=lifespan)
     app.add_middleware(ActionGuard, token=settings.api_token)
     return app
-
-
-def format_ms(value: float | None) -> str:
-    """Milliseconds for a table cell; the allocator's 'unreachable' sentinels read as infinity."""
-    if value is None:
-        return "-"
-    if abs(value) >= 1e6:
-        return "∞ ms" if value > 0 else "−∞ ms"
-    return f"{value:.1f} ms"
 
 
 def _unit(raw: str, name: str, upper: float = 1.0) -> float:

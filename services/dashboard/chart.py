@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 from markupsafe import Markup, escape
 
+from services.common.latency import is_unbounded
 from services.dashboard.timeline import Event, RobotSpan, Sample
 
 SERIES_COLOURS = ("#2563eb", "#059669", "#7c3aed", "#db2777")
@@ -42,7 +43,6 @@ ROBOT_COLOURS = {
 LEFT, RIGHT = 56, 14
 CHAR_W = 6.4  # average glyph width of the 11px label font, for laying labels out without overlap
 LABEL_ROWS = 4
-UNBOUNDED_MS = 1e6
 
 
 def _fmt(v: float) -> str:
@@ -71,7 +71,7 @@ def latency_chart(
                 names.append(p.name)
             if p.deadline_ms > 0:
                 deadlines[p.name] = p.deadline_ms
-            if p.p99_ms < UNBOUNDED_MS:  # the allocator's 'cannot meet it' sentinel
+            if not is_unbounded(p.p99_ms):  # the allocator's 'cannot meet it' sentinel
                 peak = max(peak, p.p99_ms)
     y_max = max([peak * 1.1, *(d * 1.4 for d in deadlines.values()), 1.0])
 

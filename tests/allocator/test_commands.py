@@ -97,6 +97,26 @@ def test_intents_and_plan_tables(
     assert {line.split()[0] for line in out[2:]} == {"online-inference", "batch-training"}
 
 
+def test_plan_writes_an_unbounded_latency_as_infinity(
+    allocator: RunningAllocator, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    flood = {
+        "id": "flood", "name": "flood", "workload_class": "ONLINE",
+        "slo": {"deadline_ms": 50}, "parallelism": {"min": 1, "max": 2},
+        "speedup": {"parallel_fraction": 0.5, "base_service_ms": 100},
+        "demand": {"arrival_rate_per_s": 500},
+    }  # fmt: skip
+    (tmp_path / "flood.json").write_text(json.dumps(flood))
+    assert run("submit", str(tmp_path / "flood.json"), "--address", allocator.address) == 0
+    allocator.handle.loop.tick()
+    capsys.readouterr()
+    assert run("plan", "--address", allocator.address) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("flood "))
+    cells = row.split()
+    assert cells[5:7] == ["∞", "−∞"], row  # P99_MS, SLACK_MS
+    assert "pred p99 ∞ ms" in row and "1000000000" not in row
+
+
 def test_policy_list_marks_active_and_switch(
     allocator: RunningAllocator, capsys: pytest.CaptureFixture[str]
 ) -> None:

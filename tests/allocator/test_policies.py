@@ -7,6 +7,7 @@ import random
 
 import pytest
 
+from services.allocator.formulas import LATENCY_CEILING_MS
 from services.allocator.model import (
     Decision,
     Disturbance,
@@ -262,6 +263,20 @@ def test_batch_yields_only_while_deadline_work_can_be_helped():
     r = get_policy("parfusion").allocate(state).by_id()
     assert "needs" in r["s"].reason and r["s"].state == "THROTTLED"
     assert r["t"].sched_policy == "idle" and r["t"].nice == 19 and r["t"].cpu_weight == 1
+
+
+@pytest.mark.parametrize("name", [p.name for p in list_policies()])
+def test_an_overloaded_intent_reads_as_unbounded_not_as_the_sentinel(name: str) -> None:
+    """Arrivals the intent cannot drain at any units: p99 is the sentinel, the reason says ∞."""
+    flood = IntentSpec(id="f", name="flood", workload_class="ONLINE", deadline_ms=50,
+                       base_service_ms=100, parallel_fraction=0.5, max_units=4,
+                       arrival_rate_per_s=500.0)  # fmt: skip
+    node = NodeState(name="n", cpu_units=4, cpu_ids=(0, 1, 2, 3))
+    d = get_policy(name).allocate(PlanInput(intents=[flood], node=node)).by_id()["f"]
+    if d.units:
+        assert d.predicted_p99_ms == LATENCY_CEILING_MS
+        assert "∞ ms" in d.reason, d.reason
+    assert "1000000000" not in d.reason, d.reason
 
 
 def test_build_decisions_makes_real_frozen_decisions():

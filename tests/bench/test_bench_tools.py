@@ -3,6 +3,7 @@ the figures themselves are for docs/performance.md, not asserted here)."""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -69,3 +70,21 @@ def test_bench_loop_times_steady_submit_and_delete_ticks() -> None:
     )
     cases = ("steady", "samples", "sampled, idle", "submit", "delete")
     assert rows == [(case, "2") for case in cases], out
+
+
+def test_bench_submit_drives_every_method_without_errors(tmp_path: Path) -> None:
+    """A short run against a real allocator subprocess: all three methods answered, no submit
+    failed (the exit status says so), the figures land in the JSON."""
+    out = _run(
+        "bench/bench_submit.py", "--seconds", "0.6", "--rounds", "2", "--warmup", "0.1",
+        "--concurrency", "4", "--max-rate", "4000", "--json", str(tmp_path / "submit.json"),
+    )  # fmt: skip
+    methods = ("empty unary RPC (coroutine)", "empty unary RPC (thread pool)", "SubmitIntent (")
+    for method in methods:
+        rows = [line.split()[-7:] for line in out.splitlines() if line.startswith(method)]
+        assert len(rows) == 1, out
+        calls, errors = int(rows[0][0]), int(rows[0][1])
+        assert calls > 0 and errors == 0
+    figures = json.loads((tmp_path / "submit.json").read_text())
+    assert figures["submit"]["calls"] > 0 and figures["empty_in_pool"]["errors"] == 0
+    assert figures["ratio"] > 0

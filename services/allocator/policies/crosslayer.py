@@ -27,6 +27,7 @@ from services.allocator.dmug import (
     FIXED,
     HELD_DEGRADED,
     IDLE_TIME,
+    LATENCY_CEILING_MS,
     MET,
     MET_DEGRADED,
     NOT_ADMITTED,
@@ -227,6 +228,7 @@ _TEMPLATES = {
     BATCH_ADMITTED: ("%s: %d units (next-unit nmu %.3g)", ("policy", "units", "nmu")),
 }  # fmt: skip
 _REASON_CODES = range(-2, 11)  # every code a reason can have: -2, -1 and the outcome codes
+_UNBOUNDED_P99 = f"pred p99 {LATENCY_CEILING_MS:.1f} ms"  # as the templates (%.1f) write it
 
 
 def reasons(
@@ -299,6 +301,9 @@ def reasons(
                 else:
                     args.append(columns[name][idx].tolist())
             texts[idx] = list(map(template.__mod__, zip(*args, strict=True)))
+        # "never" reads as infinity, as in every view, not as the sentinel's digits
+        for i in rows[plan.predicted_p99_ms[rows] >= LATENCY_CEILING_MS].tolist():
+            texts[i] = texts[i].replace(_UNBOUNDED_P99, "pred p99 ∞ ms")
     if memo is not None:
         texts.flags.writeable = False  # kept for the next tick, which copies it
         memo.reasons = LastReasons(columns, texts, constants, table.ids)
