@@ -176,7 +176,10 @@ async def _start(
     reflection.enable_server_reflection(
         [*names, health.SERVICE_NAME, reflection.SERVICE_NAME], server
     )
-    bound = server.add_insecure_port(f"{host}:{port}")
+    try:
+        bound = server.add_insecure_port(f"{host}:{port}")
+    except RuntimeError as exc:  # grpc.aio's way of saying the address is taken or invalid
+        raise OSError(f"cannot bind gRPC server to {host}:{port}: {exc}") from None
     if bound == 0:
         raise OSError(f"cannot bind gRPC server to {host}:{port}")
     await server.start()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 import threading
 import urllib.request
 from collections.abc import Iterator
@@ -199,3 +200,14 @@ def test_metrics_endpoint_counts_rpcs(server: RunningServer) -> None:
         'parfusion_grpc_requests_total{code="OK",method="GetNodeTelemetry",service="NodeAgentService"}'
         in body
     )
+
+
+def test_a_taken_port_is_a_clear_error_and_leaves_no_thread() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        before = set(threading.enumerate())
+        with pytest.raises(OSError, match=f"cannot bind gRPC server to 127.0.0.1:{port}"):
+            start_grpc_server([], port=port)
+        assert set(threading.enumerate()) <= before
