@@ -27,8 +27,8 @@ the later rows, leaves the others' Decisions and texts in place.
 
 Nothing here changes a result: a hit gives the same columns / an equal Decision / the same
 text as a miss. The memo lives on the policy instance (one per allocator loop, experiment run or
-preview), never in a module global; each slot is replaced by one assignment, so a concurrent preview can at worst
-make the next tick miss.
+preview), never in a module global; each slot is replaced by one assignment, so a concurrent
+preview can at worst make the next tick miss.
 """
 
 from __future__ import annotations

@@ -133,7 +133,7 @@ class AllocatorServicer(allocator_pb2_grpc.AllocatorServiceServicer):
                     last_sent = current.generation
                     yield _watch_reply(current)
             while True:  # a cancelled call (client gone) ends here with CancelledError
-                item = await sub.next_async()
+                item = await sub.next()
                 if item is END:
                     return
                 if isinstance(item, PlanSnapshot) and item.generation > last_sent:

@@ -3,9 +3,9 @@
 The loop publishes each tick's plans here. Each subscriber has its own bounded queue; when a
 slow subscriber's queue is full the oldest plan in it is dropped (it still gets the newest), so
 a stalled stream never blocks the loop. ``close()`` (shutdown) wakes every subscriber with an
-end marker so streams finish with OK instead of being cancelled. A subscriber waits blocking
-(``next``) or in asyncio (``next_async``: the WatchPlans servicer, so an open stream holds no
-thread); the loop's thread wakes an asyncio waiter through its event loop.
+end marker so streams finish with OK instead of being cancelled. A subscriber waits in asyncio
+(``next``: the WatchPlans servicer, so an open stream holds no thread); the loop's thread wakes
+it through its event loop.
 """
 
 from __future__ import annotations
@@ -39,42 +39,34 @@ class Subscription:
     def __init__(self, maxsize: int) -> None:
         self._items: collections.deque[PlanSnapshot | _End] = collections.deque()
         self._maxsize = max(maxsize, 1)
-        self._ready = threading.Condition(threading.Lock())
-        self._wake_async: Callable[[], None] | None = None  # set while an asyncio waiter waits
+        self._lock = threading.Lock()
+        self._wake: Callable[[], None] | None = None  # set while the subscriber waits
         self.dropped = 0
 
     def offer(self, item: PlanSnapshot | _End) -> None:
-        with self._ready:
+        with self._lock:
             if len(self._items) >= self._maxsize:
                 self._items.popleft()
                 self.dropped += 1
             self._items.append(item)
-            self._ready.notify()
-            wake = self._wake_async
+            wake = self._wake
         if wake is not None:
             wake()
 
-    def next(self, timeout: float) -> PlanSnapshot | _End | None:
-        """The next plan, END when the feed closed, or None after ``timeout`` seconds."""
-        with self._ready:
-            if not self._items:
-                self._ready.wait(timeout)
-            return self._items.popleft() if self._items else None
-
-    async def next_async(self) -> PlanSnapshot | _End:
+    async def next(self) -> PlanSnapshot | _End:
         """The next plan, or END when the feed closed, waiting on the running asyncio loop."""
         loop = asyncio.get_running_loop()
         while True:
             arrived = asyncio.Event()
-            with self._ready:
+            with self._lock:
                 if self._items:
                     return self._items.popleft()
-                self._wake_async = _waker(loop, arrived)
+                self._wake = _waker(loop, arrived)
             try:
                 await arrived.wait()
             finally:
-                with self._ready:
-                    self._wake_async = None
+                with self._lock:
+                    self._wake = None
 
 
 def _waker(loop: asyncio.AbstractEventLoop, event: asyncio.Event) -> Callable[[], None]:

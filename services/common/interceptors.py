@@ -84,28 +84,17 @@ class _AbortRequested(Exception):
 
 
 class ThreadContext:
-    """The context a plain servicer method gets in the thread pool: what it may read of the
-    call, and ``abort``, which ends the method and answers the call with that status."""
+    """The context a plain servicer method gets in the thread pool: ``abort`` ends the method
+    and answers the call with that status (the asyncio context's own ``abort`` is a coroutine,
+    which a thread cannot await)."""
 
-    __slots__ = ("_context",)
-
-    def __init__(self, context: grpc.aio.ServicerContext) -> None:
-        self._context = context
+    __slots__ = ()
 
     def abort(self, code: grpc.StatusCode, details: str = "") -> None:
         raise _AbortRequested(code, details)
 
-    def invocation_metadata(self) -> Any:
-        return self._context.invocation_metadata()
 
-    def peer(self) -> str:
-        return self._context.peer()
-
-    def time_remaining(self) -> float | None:
-        return self._context.time_remaining()
-
-    def is_active(self) -> bool:
-        return not self._context.done()
+_THREAD_CONTEXT = ThreadContext()
 
 
 class _Outcome:
@@ -155,7 +144,8 @@ class ServiceInterceptor(grpc.aio.ServerInterceptor):
     def __init__(self, api_token: str | None, pool: Executor) -> None:
         self._token = api_token
         self._pool = pool
-        self._wrapped: dict[str, grpc.RpcMethodHandler] = {}  # per method, built once
+        # per full method name, built once: the wrapped handler and the method's short name
+        self._wrapped: dict[str, tuple[Any, str]] = {}
 
     async def intercept_service(
         self,
@@ -163,17 +153,17 @@ class ServiceInterceptor(grpc.aio.ServerInterceptor):
         details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler:
         full = details.method
-        wrapped = self._wrapped.get(full)
-        if wrapped is None:
+        known = self._wrapped.get(full)
+        if known is None:
             handler = await continuation(details)
             if handler is None or full.startswith("/grpc."):
                 return handler
-            wrapped = self._wrap(handler, *_split(full))
-            self._wrapped[full] = wrapped
-        if self._token and is_mutating(_split(full)[1]):
+            service, method = _split(full)
+            known = self._wrapped[full] = (self._wrap(handler, service, method), method)
+        wrapped, method = known
+        if self._token and is_mutating(method):
             given = token_from_metadata(details.invocation_metadata)
             if given is None or not hmac.compare_digest(given, self._token):
-                method = _split(full)[1]
                 return _deny(
                     wrapped, f"{method} needs a valid API token (authorization: Bearer ...)"
                 )
@@ -204,7 +194,7 @@ class ServiceInterceptor(grpc.aio.ServerInterceptor):
 
             def run(request: Any, context: Any) -> Awaitable[Any]:
                 return asyncio.get_running_loop().run_in_executor(
-                    pool, fn, request, ThreadContext(context)
+                    pool, fn, request, _THREAD_CONTEXT
                 )
 
         async def call(request: Any, context: grpc.aio.ServicerContext) -> Any:

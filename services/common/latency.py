@@ -18,10 +18,10 @@ def is_unbounded(ms: float) -> bool:
     return abs(ms) >= _UNBOUNDED_BELOW
 
 
-def format_ms(ms: float | None, unit: str = " ms", digits: int = 1) -> str:
+def format_ms(ms: float | None, unit: str = " ms") -> str:
     """``12.3 ms``; ``∞ ms`` / ``−∞ ms`` for an unbounded latency or slack; ``-`` for none."""
     if ms is None:
         return "-"
     if is_unbounded(ms):
         return ("∞" if ms > 0 else "−∞") + unit
-    return f"{ms:.{digits}f}{unit}"
+    return f"{ms:.1f}{unit}"

@@ -273,10 +273,8 @@ def test_an_overloaded_intent_reads_as_unbounded_not_as_the_sentinel(name: str) 
                        arrival_rate_per_s=500.0)  # fmt: skip
     node = NodeState(name="n", cpu_units=4, cpu_ids=(0, 1, 2, 3))
     d = get_policy(name).allocate(PlanInput(intents=[flood], node=node)).by_id()["f"]
-    if d.units:
-        assert d.predicted_p99_ms == LATENCY_CEILING_MS
-        assert "∞ ms" in d.reason, d.reason
-    assert "1000000000" not in d.reason, d.reason
+    assert d.units > 0 and d.predicted_p99_ms == LATENCY_CEILING_MS
+    assert "pred p99 ∞ ms" in d.reason and "1000000000" not in d.reason, d.reason
 
 
 def test_build_decisions_makes_real_frozen_decisions():

@@ -51,6 +51,7 @@ from services.allocator.model import (
 )
 from services.allocator.plans import format_cpuset
 from services.allocator.waterfill import select_increments
+from services.common.latency import format_ms
 
 _LEVEL_NAMES = np.array(DEGRADATION_ORDER, dtype=object)  # index -> name, one gather per tick
 _STATE_NAMES = np.array(STATE_NAMES, dtype=object)
@@ -228,7 +229,11 @@ _TEMPLATES = {
     BATCH_ADMITTED: ("%s: %d units (next-unit nmu %.3g)", ("policy", "units", "nmu")),
 }  # fmt: skip
 _REASON_CODES = range(-2, 11)  # every code a reason can have: -2, -1 and the outcome codes
-_UNBOUNDED_P99 = f"pred p99 {LATENCY_CEILING_MS:.1f} ms"  # as the templates (%.1f) write it
+# an unbounded p99 as the templates (%.1f) write it, and as every view writes it
+_UNBOUNDED_P99 = (
+    f"pred p99 {LATENCY_CEILING_MS:.1f} ms",
+    f"pred p99 {format_ms(LATENCY_CEILING_MS)}",
+)
 
 
 def reasons(
@@ -303,7 +308,7 @@ def reasons(
             texts[idx] = list(map(template.__mod__, zip(*args, strict=True)))
         # "never" reads as infinity, as in every view, not as the sentinel's digits
         for i in rows[plan.predicted_p99_ms[rows] >= LATENCY_CEILING_MS].tolist():
-            texts[i] = texts[i].replace(_UNBOUNDED_P99, "pred p99 ∞ ms")
+            texts[i] = texts[i].replace(*_UNBOUNDED_P99)
     if memo is not None:
         texts.flags.writeable = False  # kept for the next tick, which copies it
         memo.reasons = LastReasons(columns, texts, constants, table.ids)
