@@ -34,9 +34,9 @@ def measure(checkout: str, n: int, ticks: int) -> dict[str, tuple[float, float]]
 
     # the measured checkout's bench_dmug.py puts that checkout first on sys.path as it imports
     sys.path.insert(0, str(Path(checkout) / "bench"))
-    from bench_dmug import Ticks, make_intents, make_node
-
     import importlib
+
+    from bench_dmug import Ticks, make_intents, make_node
 
     # the core's package: services/core since the core became a package, services/allocator before
     core = (
