@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from services.core.dmug import assess, tie_rank
-from services.core.gcpause import cyclic_gc_paused
 from services.core.memo import TickMemo
 from services.core.model import PlanInput, PlanResult
 from services.core.outcome import BATCH_ADMITTED, NOT_ADMITTED
@@ -103,10 +102,6 @@ class ReferencePolicy:
     memo: TickMemo = field(default_factory=TickMemo, repr=False, compare=False)
 
     def allocate(self, state: PlanInput) -> PlanResult:
-        with cyclic_gc_paused():
-            return self._allocate(state)
-
-    def _allocate(self, state: PlanInput) -> PlanResult:
         table = build_table(state, self.use_predictor, self.memo)
         capacity = max(int(state.node.cpu_units), 0)
         units, outcome = self.units_fn(table, capacity)
