@@ -1,8 +1,9 @@
 """The headless driver: the allocator's tick loop against the modeled node, on a simulated clock.
 
 Each tick does what services/allocator/loop.py does, with the same pieces: pull the node's
-telemetry (the modeled backend's NodeTelemetry), feed the recent service times to the
-allocator's Predictor at the parallelism they ran with, build the NodeState (contention and the
+telemetry (the modeled backend's NodeTelemetry), feed it to the allocator's Predictor
+(services.core.feedback: service times at the parallelism they ran with, observed tail latency
+against the last plan's prediction), build the NodeState (contention and the
 active disturbance through services.core.convert), run ``get_policy(name).allocate``, turn
 the result into the NodePlan (services.allocator.plans) and apply it to the node. Intents come
 and go (the urgent event) and disturbances arrive through InjectDisturbance, between ticks. No
@@ -22,7 +23,7 @@ from experiments.scenario import Event, Scenario
 from parfusion.v1 import intent_pb2
 from services.allocator import plans
 from services.core import convert, model
-from services.core.formulas import observation_factor
+from services.core.feedback import feed_predictor
 from services.core.policies.registry import get_policy
 from services.core.predictor import Predictor
 from services.nodeagent.backend import BackendOptions
@@ -45,6 +46,8 @@ class TickRecord:
     degradation: dict[str, str]
     state: dict[str, str]
     predicted_p99_ms: dict[str, float]
+    # per deadline intent with enough observations: the last plan's predicted / observed - 1
+    prediction_error: dict[str, float]
     reason: dict[str, str]
     preempted_units: dict[str, int]
     preemptions: int
@@ -86,7 +89,6 @@ def run_policy(
         clock=clock,
         seed=seed,
         keep_history=True,
-        window_percentiles=False,
     )
     policy = get_policy(policy_name)
     predictor = Predictor()
@@ -121,18 +123,11 @@ def run_policy(
             contention=convert.node_contention(tel),
             disturbance=convert.active_disturbance(tel),
         )
-        workers = {p.intent_id: p.workers for p in tel.pools}
-        by_id = {s.id: s for s in specs}
-        for summary in tel.latencies:
-            spec = by_id.get(summary.intent_id)
-            if spec is not None and summary.recent_service_ms:
-                units = workers.get(summary.intent_id) or allocated.get(summary.intent_id) or 1
-                last = previous.get(summary.intent_id)
-                level = last.degradation if last is not None else "NORMAL"
-                factor = observation_factor(spec, node, dmug_config, level)
-                predictor.observe_many(
-                    summary.intent_id, list(summary.recent_service_ms), units=units, factor=factor
-                )
+        units = {**allocated, **{p.intent_id: p.workers for p in tel.pools if p.workers}}
+        errors = feed_predictor(
+            predictor, tel.latencies, {s.id: s for s in specs}, previous, units, node,
+            dmug_config, tick,
+        )  # fmt: skip
         state = model.PlanInput(
             intents=specs,
             node=node,
@@ -150,7 +145,7 @@ def run_policy(
         )
         backend.apply(plan)
         allocated = {a.intent_id: a.workers for a in plan.allocations}
-        run.ticks.append(_record(t, result, node))
+        run.ticks.append(_record(t, result, node, errors))
         if on_tick is not None:
             on_tick()
     return run
@@ -181,7 +176,9 @@ def _fire(
     return False
 
 
-def _record(t: float, result: model.PlanResult, node: model.NodeState) -> TickRecord:
+def _record(
+    t: float, result: model.PlanResult, node: model.NodeState, errors: dict[str, float]
+) -> TickRecord:
     ds = result.decisions
     return TickRecord(
         t_s=t,
@@ -189,6 +186,7 @@ def _record(t: float, result: model.PlanResult, node: model.NodeState) -> TickRe
         degradation={d.intent_id: d.degradation for d in ds},
         state={d.intent_id: d.state for d in ds},
         predicted_p99_ms={d.intent_id: d.predicted_p99_ms for d in ds},
+        prediction_error=errors,
         reason={d.intent_id: d.reason for d in ds},
         preempted_units={d.intent_id: d.preempted_units for d in ds},
         preemptions=result.preemptions,

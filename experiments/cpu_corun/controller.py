@@ -1,7 +1,7 @@
 """The policy phases' control loop: the allocator's own policy and predictor, ticked on the agent.
 
 Every tick: read the agent's telemetry (service-time samples since the last read, pool sizes,
-pressure), feed the allocator's Predictor, run the registry policy on a PlanInput exactly as
+pressure), feed the allocator's Predictor (services.core.feedback, as the loop does), run the registry policy on a PlanInput exactly as
 the allocator's loop builds it, turn the decisions into a NodePlan with the allocator's plan
 builder and apply it through the real backend. The thread's CPU time is the controller cost.
 """
@@ -19,6 +19,7 @@ from experiments.cpu_corun.workload import Calibration, shape
 from parfusion.v1 import intent_pb2
 from services.allocator import plans
 from services.core import convert, model
+from services.core.feedback import feed_predictor
 from services.core.policies.registry import get_policy
 from services.core.predictor import Predictor
 from services.nodeagent.real import RealBackend
@@ -38,6 +39,7 @@ class TickLog:
     nice: dict[str, int]
     sched: dict[str, str]
     predicted_p99_ms: dict[str, float]
+    prediction_error: dict[str, float]  # the last plan's predicted / observed - 1, per intent
 
 
 @dataclass
@@ -91,13 +93,6 @@ class PolicyController:
     def tick(self) -> None:
         cpu0 = time.thread_time()
         tel = self.backend.telemetry()
-        workers = {p.intent_id: p.workers for p in tel.pools}
-        for summary in tel.latencies:
-            if summary.recent_service_ms:
-                units = workers.get(summary.intent_id) or 1
-                self.predictor.observe_many(
-                    summary.intent_id, list(summary.recent_service_ms), units=units
-                )
         arena = tuple(tel.arena_cpus)
         node = model.NodeState(
             name="bench",
@@ -106,6 +101,16 @@ class PolicyController:
             contention=convert.node_contention(tel),
         )
         self.ticks += 1
+        errors = feed_predictor(
+            self.predictor,
+            tel.latencies,
+            {s.id: s for s in self.intents},
+            self._previous,
+            {p.intent_id: p.workers for p in tel.pools if p.workers},
+            node,
+            self.config,
+            self.ticks,
+        )
         state = model.PlanInput(
             intents=tuple(self.intents),
             node=node,
@@ -140,6 +145,7 @@ class PolicyController:
                 nice={a.intent_id: a.nice for a in plan.allocations},
                 sched={a.intent_id: a.sched_policy or "other" for a in plan.allocations},
                 predicted_p99_ms={a.intent_id: a.predicted_p99_ms for a in plan.allocations},
+                prediction_error=errors,
             )
         )
         self.cpu_seconds += time.thread_time() - cpu0

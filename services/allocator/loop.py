@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 import os
 import threading
 import time
@@ -29,7 +28,7 @@ from services.allocator.peers import GpuLaneClient, NodeAgentClient
 from services.allocator.store import IntentStore, StoredIntent
 from services.allocator.watch import PlanFeed, PlanSnapshot
 from services.core import convert, model
-from services.core.formulas import observation_factor
+from services.core.feedback import feed_predictor
 from services.core.policies.base import Policy
 from services.core.policies.registry import get_policy
 from services.core.predictor import Predictor
@@ -313,27 +312,25 @@ class ControlLoop:
     def _observe(
         self, node: telemetry_pb2.NodeTelemetry, intents: Mapping[str, intent_pb2.ResourceIntent]
     ) -> None:
-        """Service times go to the predictor at the parallelism they ran with (the pool's
-        workers, else the last allocation's) and the latency factor they ran under (the last
-        decision's degradation level, the node's pressure), so it can rescale them to NORMAL."""
-        workers = {p.intent_id: p.workers for p in node.pools}
+        """Service times and observed tail latency go to the predictor (feedback.feed_predictor:
+        at the parallelism they ran with, the pool's workers else the last allocation's, and
+        the latency factor they ran under); the last plan's prediction error per intent goes to
+        a gauge."""
+        units = {p.intent_id: p.workers for p in node.pools if p.workers}
         with self._lock:
-            allocated = dict(self._workers)
+            allocated = self._workers
             previous = self._previous
-            specs = {s.id: s for s in self._specs}
+            specs = {s.id: s for s in self._specs if s.id in intents}
             node_state = self._node_state()
-        for summary in node.latencies:
-            if summary.intent_id not in intents or not summary.recent_service_ms:
-                continue
-            units = workers.get(summary.intent_id) or allocated.get(summary.intent_id) or 1
-            samples = [x for x in summary.recent_service_ms if math.isfinite(x) and x >= 0]
-            spec, last = specs.get(summary.intent_id), previous.get(summary.intent_id)
-            factor = 1.0
-            if spec is not None:
-                level = last.degradation if last is not None else "NORMAL"
-                factor = observation_factor(spec, node_state, self.config.dmug, level)
-            with self._predictor_lock:
-                self.predictor.observe_many(summary.intent_id, samples, units=units, factor=factor)
+            tick = self._tick + 1
+        units = {**allocated, **units}
+        with self._predictor_lock:
+            errors = feed_predictor(
+                self.predictor, node.latencies, specs, previous, units, node_state,
+                self.config.dmug, tick,
+            )  # fmt: skip
+            corrections = {i: self.predictor.calibration(i) for i in errors}
+        self.metrics.record_prediction_errors(errors, corrections, self._names)
 
     def service_stats(self) -> dict[str, model.ServiceStats]:
         """The predictor's per-intent statistics, as the policies read them."""

@@ -38,6 +38,16 @@ NMU = Gauge(
     "Normalised marginal utility of the intent's last unit",
     ["intent", "intent_id"],
 )
+PREDICTION_ERROR = Gauge(
+    "parfusion_dmug_prediction_error_ratio",
+    "Last plan's predicted tail latency over the observed one, minus 1 (negative: under-predicted)",
+    ["intent", "intent_id"],
+)
+LATENCY_CORRECTION = Gauge(
+    "parfusion_dmug_latency_correction_ratio",
+    "Observed / modelled tail latency the predictor has learnt; D-MUG plans with it",
+    ["intent", "intent_id"],
+)
 DEGRADATIONS = Counter(
     "parfusion_dmug_degradations_total",
     "Intents planned below NORMAL precision, per tick",
@@ -53,6 +63,7 @@ TICKS = Counter("parfusion_allocator_ticks_total", "Control-loop ticks that prod
 NODE_STALE = Gauge("parfusion_allocator_node_stale", "1 while the node agent's telemetry is stale")
 
 PER_INTENT = (UNITS, RISK, SLACK, NMU)
+CALIBRATION = (PREDICTION_ERROR, LATENCY_CORRECTION)  # set from telemetry, not from the plan
 CLASSES = ("ONLINE", "BATCH", "ROBOT", "URGENT")
 
 
@@ -119,6 +130,21 @@ class DecisionMetrics:
         nmu.set(d.nmu)
         self._series[d.intent_id] = (key, d, children)
 
+    def record_prediction_errors(
+        self,
+        errors: Mapping[str, float],
+        corrections: Mapping[str, Any],
+        names: Mapping[str, str],
+    ) -> None:
+        """Per intent: the last plan's prediction error and the predictor's latency correction
+        (a CalibrationState or None); removed with the intent's other series."""
+        for intent_id, error in errors.items():
+            key = (names.get(intent_id, intent_id), intent_id)
+            PREDICTION_ERROR.labels(*key).set(error)
+            cal = corrections.get(intent_id)
+            if cal is not None:
+                LATENCY_CORRECTION.labels(*key).set(cal.correction)
+
     def forget(self, intent_ids: Iterable[str]) -> None:
         ids = set(intent_ids)
         if not ids:
@@ -132,7 +158,7 @@ class DecisionMetrics:
 
     @staticmethod
     def _remove(key: tuple[str, str]) -> None:
-        for gauge in PER_INTENT:
+        for gauge in PER_INTENT + CALIBRATION:
             try:
                 gauge.remove(*key)
             except KeyError:

@@ -63,6 +63,9 @@ class ServiceStats:
     p99_ms: float
     count: int
     observed_units: int = 1  # parallelism the samples were observed at
+    # observed / modelled tail latency, learnt per intent (Predictor.calibrate): what the model
+    # misses (queueing beyond M/M/1, pressure it does not see) scales the predicted tail
+    latency_correction: float = 1.0
 
 
 @dataclass(frozen=True, slots=True)
