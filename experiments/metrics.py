@@ -177,6 +177,26 @@ def prediction_errors(run: PolicyRun) -> dict[str, dict[str, Any]]:
     return out
 
 
+def stability(run: PolicyRun) -> dict[str, Any]:
+    """Units and level changes and flaps (a change within services.core.stability.STABLE_S of
+    the intent's previous one), over the run and over its steady ticks."""
+    steady = steady_ticks(run)
+    out: dict[str, Any] = {}
+    for name, ticks in (
+        ("all", run.ticks),
+        ("steady", [t for t, ok in zip(run.ticks, steady, strict=True) if ok]),
+    ):
+        flapping = sorted({i for t in ticks for i in t.changes.flapping})
+        out[name] = {
+            "ticks": len(ticks),
+            "units_changes": sum(t.changes.units for t in ticks),
+            "level_changes": sum(t.changes.levels for t in ticks),
+            "flaps": sum(t.changes.flaps for t in ticks),
+            "flapping": flapping,
+        }
+    return out
+
+
 def summarize(run: PolicyRun) -> dict[str, Any]:
     node = run.backend.node
     seconds = run.scenario.seconds
@@ -224,6 +244,7 @@ def summarize(run: PolicyRun) -> dict[str, Any]:
             "holds": arrived == completed + dropped + queued,
         },
         "prediction_error": prediction_errors(run),
+        "stability": stability(run),
         "decision_changes": units_changes,
         "degradation_decisions": degradations,
         "timeline": {

@@ -32,6 +32,7 @@ from services.core.feedback import feed_predictor
 from services.core.policies.base import Policy
 from services.core.policies.registry import get_policy
 from services.core.predictor import Predictor
+from services.core.stability import window_ticks
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +103,7 @@ class ControlLoop:
         self._policy_error: str | None = None
         self.feed = PlanFeed()
         self.metrics = metrics.DecisionMetrics()
+        self._stability_window = window_ticks(config.tick_s)
         self.nodeagent = (
             NodeAgentClient(config.nodeagent_address, config.api_token)
             if config.nodeagent_address
@@ -196,7 +198,7 @@ class ControlLoop:
         self.feed.publish(snapshot)
         if specs is not self._names_of:  # the intents' names, once per spec tuple
             self._names, self._names_of = {s.id: s.name for s in specs}, specs
-        self.metrics.record(result, self._names, seconds)
+        self.metrics.record(result, self._names, seconds, tick, self._stability_window)
         metrics.set_node_stale(node.stale)
         self._push(snapshot)
         return snapshot
