@@ -1,11 +1,9 @@
 """The headless driver: the allocator's tick loop against the modeled node, on a simulated clock.
 
 Each tick does what services/allocator/loop.py does, with the same pieces: pull the node's
-telemetry (the modeled backend's NodeTelemetry), feed it to the allocator's Predictor
-(services.core.feedback: service times at the parallelism they ran with, observed tail latency
-against the last plan's prediction), build the NodeState (contention and the
-active disturbance through services.core.convert), run ``get_policy(name).allocate``, turn
-the result into the NodePlan (services.allocator.plans) and apply it to the node. Intents come
+telemetry (the modeled backend's NodeTelemetry), build the NodeState (contention and the
+active disturbance through services.core.convert), run the core's ``plan_tick`` (the recent
+service times into the Predictor, then ``get_policy(name)``'s plan), turn the result into the NodePlan (services.allocator.plans) and apply it to the node. Intents come
 and go (the urgent event) and disturbances arrive through InjectDisturbance, between ticks. No
 thread sleeps: one simulated minute takes well under a second.
 """
@@ -23,10 +21,10 @@ from experiments.scenario import Event, Scenario
 from parfusion.v1 import intent_pb2
 from services.allocator import plans
 from services.core import convert, model
-from services.core.feedback import feed_predictor
 from services.core.policies.registry import get_policy
 from services.core.predictor import Predictor
 from services.core.stability import PlanChanges, plan_changes, window_ticks
+from services.core.tick import observations, plan_tick
 from services.nodeagent.backend import BackendOptions
 from services.nodeagent.modeled import ModeledBackend
 from services.sim.params import ModelParams
@@ -127,21 +125,11 @@ def run_policy(
             contention=convert.node_contention(tel),
             disturbance=convert.active_disturbance(tel),
         )
-        units = {**allocated, **{p.intent_id: p.workers for p in tel.pools if p.workers}}
-        errors = feed_predictor(
-            predictor, tel.latencies, {s.id: s for s in specs}, previous, units, node,
-            dmug_config, tick,
-        )  # fmt: skip
-        state = model.PlanInput(
-            intents=specs,
-            node=node,
-            stats=predictor.snapshot(),
-            previous=previous,
-            tick=tick,
-            config=dmug_config,
-        )
         started = time.perf_counter()
-        result = policy.allocate(state)
+        result = plan_tick(
+            policy, predictor, specs, node, previous=previous, tick=tick, config=dmug_config,
+            seen=observations(tel), allocated=allocated,
+        )  # fmt: skip
         run.decision_ms.append((time.perf_counter() - started) * 1000.0)
         changes = plan_changes(previous, result.decisions, tick, window)
         previous = result.by_id()
@@ -150,7 +138,7 @@ def run_policy(
         )
         backend.apply(plan)
         allocated = {a.intent_id: a.workers for a in plan.allocations}
-        run.ticks.append(_record(t, result, node, errors, changes))
+        run.ticks.append(_record(t, result, node, predictor.errors_at(tick), changes))
         if on_tick is not None:
             on_tick()
     return run

@@ -154,6 +154,7 @@ class _Calibration:
     published: float = 1.0  # the k ServiceStats carries (moves in CORRECTION_STEP steps)
     updates: int = 0
     last_tick: int = -1  # the tick it last learnt at (once per tick)
+    compared_tick: int = -1  # the tick of the last comparison (error)
     observed_ms: float = 0.0
     predicted_ms: float = 0.0
     error: float | None = None  # predicted / observed - 1 at the last comparison
@@ -252,6 +253,7 @@ class Predictor:
             cal = self._calibration[intent_id] = _Calibration()
         cal.observed_ms, cal.predicted_ms = observed_ms, predicted
         cal.error = predicted / observed_ms - 1.0
+        cal.compared_tick = tick
         if tick == cal.last_tick:
             return cal.error
         cal.last_tick = tick
@@ -269,6 +271,14 @@ class Predictor:
             if abs(k / cal.published - 1.0) >= CORRECTION_STEP:
                 cal.published = k
         return cal.error
+
+    def errors_at(self, tick: int) -> dict[str, float]:
+        """Per intent compared at `tick`: the prediction error (predicted / observed - 1)."""
+        return {
+            intent_id: cal.error
+            for intent_id, cal in self._calibration.items()
+            if cal.compared_tick == tick and cal.error is not None
+        }
 
     def calibration(self, intent_id: str) -> CalibrationState | None:
         cal = self._calibration.get(intent_id)
