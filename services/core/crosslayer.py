@@ -66,11 +66,14 @@ class Knobs:
 
 
 def _clip(a: np.ndarray, lo: float, hi: float) -> np.ndarray:
-    """np.clip's result without its per-call overhead (a few microseconds at 100 rows)."""
-    return np.minimum(np.maximum(a, lo), hi)
+    """np.clip's result without its per-call overhead."""
+    out: np.ndarray = np.minimum(np.maximum(a, lo), hi)
+    return out
 
 
-def cpu_sets(table: IntentTable, plan: UnitPlan, cpu_ids: tuple[int, ...], capacity: int):
+def cpu_sets(
+    table: IntentTable, plan: UnitPlan, cpu_ids: tuple[int, ...], capacity: int
+) -> tuple[list[tuple[int, ...]], np.ndarray]:
     """CPU sets per intent and whether each one has its cores to itself (but for idle time).
 
     Deadline work gets exclusive cores sized by its share of the units, least slack first (then
@@ -137,8 +140,12 @@ def idle_workers(
 
 
 def gpu_shares(
-    table: IntentTable, plan: UnitPlan, lanes: tuple[LaneCapacity, ...], rank, running=None
-):
+    table: IntentTable,
+    plan: UnitPlan,
+    lanes: tuple[LaneCapacity, ...],
+    rank: np.ndarray,
+    running: np.ndarray | None = None,
+) -> tuple[list[str], np.ndarray, list[str]]:
     """Lane and share units per intent: deadline work takes its requested share first (least
     slack first; an equal split of the lane when it asked none), then batch shares the rest by
     weighted log utility (gain w/(k+1) per unit), water-filled like the units, each capped at its
@@ -327,13 +334,16 @@ def _as_list(column: Column) -> Sequence[Any]:
     return column.tolist() if isinstance(column, np.ndarray) else column
 
 
-def _rows_of(column: Column, rows: np.ndarray) -> list:
+def _rows_of(column: Column, rows: np.ndarray) -> list[Any]:
     if isinstance(column, np.ndarray):
-        return column[rows].tolist()
+        values: list[Any] = column[rows].tolist()
+        return values
     return [column[i] for i in rows.tolist()]
 
 
-def reuse_or_build(n: int, memo: TickMemo | None, level: np.ndarray, **columns: Column):
+def reuse_or_build(
+    n: int, memo: TickMemo | None, level: np.ndarray, **columns: Column
+) -> tuple[Decision, ...]:
     """The tick's Decisions: a row whose fields all equal those of the Decision this policy
     built last tick for the same intent (matched by id) keeps that Decision object, and only
     the other rows are built (an equal result, without 23 field writes per unchanged intent).

@@ -41,7 +41,7 @@ from services.core.deadline import (
 from services.core.formulas import slack_ms
 from services.core.marginal import MarginalPhase, gains_at, marginal_phase_fast
 from services.core.memo import TickMemo
-from services.core.model import DmugConfig, PlanInput
+from services.core.model import DmugConfig, NodeState, PlanInput
 from services.core.outcome import (
     ADMITTED,
     BATCH_ADMITTED,
@@ -109,12 +109,13 @@ def floors(table: IntentTable, options: DmugOptions, capacity: int, skip: np.nda
     return floor
 
 
-def idle_time_batch(table: IntentTable, options: DmugOptions, node) -> np.ndarray:
+def idle_time_batch(table: IntentTable, options: DmugOptions, node: NodeState) -> np.ndarray:
     """Batch that runs in idle time instead of holding units: preemptible, elastic, and a node
     whose CPUs the cross-layer step can name (SCHED_IDLE workers need a place to run)."""
     if not (options.idle_batch and options.elastic and node.cpu_ids):
         return np.zeros(table.n, dtype=bool)
-    return ~table.has_deadline & table.preemptible & table.elastic
+    idle: np.ndarray = ~table.has_deadline & table.preemptible & table.elastic
+    return idle
 
 
 def plan_units(
@@ -153,7 +154,7 @@ def plan_units(
         level[dl] = lvl
         need[dl] = p_need
         outcome[dl] = code
-        slack_best = slack_ms(table.deadline[dl], table.latency(dl, cap[dl], lvl))
+        slack_best = np.asarray(slack_ms(table.deadline[dl], table.latency(dl, cap[dl], lvl)))
         keys: tuple[np.ndarray, ...]
         if options.order == "edf":
             keys = (table.seq[dl], -table.weight[dl], table.deadline[dl])
@@ -306,7 +307,15 @@ def assess(
     )
 
 
-def _leftovers_in_order(table, order, rank, running, units, cap, free) -> int:
+def _leftovers_in_order(
+    table: IntentTable,
+    order: np.ndarray,
+    rank: np.ndarray,
+    running: np.ndarray,
+    units: np.ndarray,
+    cap: np.ndarray,
+    free: int,
+) -> int:
     """edf-only: leftover units go in deadline order, then batch by rank, each up to its cap."""
     in_order = set(order.tolist())
     batch = sorted(
