@@ -1,6 +1,6 @@
-"""Cross-layer knobs: turns a unit allocation (outcome.UnitPlan) into the tick's Decisions.
+"""The cross-layer step, the shared second half of every policy: a UnitPlan -> Decisions.
 
-Every policy ends here. With cross-layer control on, deadline work gets its own CPU cores first,
+With cross-layer control on, deadline work gets its own CPU cores first,
 nice 0 and a high cgroup weight, batch the shared rest, nice 10..19 and SCHED_BATCH (SCHED_IDLE
 while deadline work is at risk); light deadline work runs on the shared cores at nice 0; and
 preemptible batch fills the shared cores with idle-time workers under SCHED_IDLE, which the

@@ -3,8 +3,8 @@
 For one pod's intent and each candidate node: would it fit, with how many units, at what
 predicted slack, deadline risk and NMU, and a 0..10 score (kube-scheduler's MaxExtenderPriority).
 The answer comes from D-MUG's own formulas (units_to_meet, IntentTable.latency/risk,
-marginal_gains), evaluated once across all nodes with numpy, so 5,000 nodes cost about as much as
-a handful. ``score_placement`` is the single-node form: it first asks D-MUG how many units the
+marginal_gains), evaluated once across all nodes with numpy, so thousands of nodes cost about
+as much as a handful. ``score_placement`` is the single-node form: it first asks D-MUG how many units the
 node's resident intents are committed to, then scores the remaining view exactly as the batch form.
 """
 
