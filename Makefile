@@ -42,6 +42,7 @@ lint: install
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
+	# services/core is checked with mypy's strict flags (pyproject [[tool.mypy.overrides]])
 	$(VENV)/bin/mypy parfusion/cli.py services experiments
 
 clean:
