@@ -178,20 +178,24 @@ class ClusterView:
     _merged: dict[str, NodeRecord] = field(default_factory=dict)
     bindings: list[Binding] = field(default_factory=list)
     columns: NodeColumns = field(default_factory=NodeColumns)
-    _versions: dict[str, str] = field(default_factory=dict)  # name -> Node resourceVersion
+    # name -> the NodeHead last learned: protocol._heads hands out one object per distinct
+    # node bytes, so the same object means the same node (a resourceVersion is only a claim)
+    _seen: dict[str, NodeHead] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     # --- writers ---------------------------------------------------------------------------
 
     def learn(self, heads: Iterable[NodeHead], source: str = "request") -> None:
-        """Remember these node objects (for NodeNames calls too). A node whose resourceVersion
-        is the one already seen is skipped: kube-scheduler resends unchanged nodes every cycle."""
-        versions = self._versions
+        """Remember these node objects (for NodeNames calls too). A node whose bytes are the
+        ones already learned is skipped: kube-scheduler resends unchanged nodes every cycle. (Not
+        by resourceVersion: a request claiming a known version with other content would
+        otherwise shadow the real node.)"""
+        known = self._seen
         changed = []
-        seen: dict[str, str] = {}
+        seen: dict[str, NodeHead] = {}
         for i, head in enumerate(heads):
             meta = head.metadata
-            if meta.resourceVersion and versions.get(meta.name) == meta.resourceVersion:
+            if known.get(meta.name) is head:
                 continue
             try:
                 rec = record_from_head(head, source, f"Nodes.items[{i}]")
@@ -201,7 +205,7 @@ class ClusterView:
                 log.warning("node skipped", extra={"node": meta.name, "error": str(exc)})
                 continue
             old = self._objects.get(rec.name)
-            seen[rec.name] = meta.resourceVersion
+            seen[rec.name] = head
             if (
                 old is None
                 or old.cpu_units != rec.cpu_units
@@ -209,7 +213,7 @@ class ClusterView:
                 or old.schedulable != rec.schedulable
             ):
                 changed.append(rec)
-        versions.update(seen)
+        known.update(seen)
         if changed:
             with self._lock:
                 for rec in changed:

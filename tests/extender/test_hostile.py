@@ -17,7 +17,7 @@ from starlette.testclient import TestClient
 from services.common.config import build_settings
 from services.extender import samples
 from services.extender.app import create_app
-from services.extender.nodeview import MAX_CPU_UNITS, MAX_GPUS_PER_NODE
+from services.extender.nodeview import MAX_CPU_UNITS, MAX_GPUS_PER_NODE, cpu_quantity
 
 
 @pytest.fixture
@@ -64,6 +64,18 @@ def test_nodes_and_nodenames_must_agree_and_never_poison_the_view(client: TestCl
     assert status == 200 and [n["metadata"]["name"] for n in reply["Nodes"]["items"]] == [
         "gpu-node-a"
     ]
+
+
+def test_a_claimed_resource_version_cannot_shadow_the_real_node(client: TestClient) -> None:
+    real = _node()
+    real["metadata"]["resourceVersion"] = "77"
+    fake = copy.deepcopy(real)
+    fake["metadata"]["labels"]["parfusion.io/cpu-units"] = "2"
+    for node in (fake, real):
+        status, _ = _post(client, "filter", {"Pod": _pod(), "Nodes": {"items": [node]}})
+        assert status == 200
+    (learned,) = client.get("/state").json()["nodes"]["nodes"]
+    assert learned["cpu_units"] == cpu_quantity(real["status"]["allocatable"]["cpu"]) > 2
 
 
 @pytest.mark.parametrize(
