@@ -26,7 +26,8 @@ from typing import Any
 import grpc
 from google.protobuf import descriptor
 from google.protobuf.message import Message
-from hypothesis import HealthCheck, settings
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 EXAMPLES = int(os.environ.get("PARFUSION_FUZZ_EXAMPLES", "200"))
@@ -359,3 +360,23 @@ def raw_call(
         code: grpc.StatusCode = exc.code()  # type: ignore[attr-defined]
         return code
     return grpc.StatusCode.OK
+
+
+def fuzz_grpc_service(
+    ch: grpc.Channel, service: descriptor.ServiceDescriptor, examples: dict[str, Message]
+) -> None:
+    """Fuzz every method of ``service`` from its valid example, then require the server to
+    be healthy (the caller checks that it still does its job)."""
+    assert set(examples) == set(service.methods_by_name), "a method without a fuzz example"
+
+    @fuzz_settings()
+    @given(data=st.data())
+    def fuzz(data: st.DataObject) -> None:
+        method = data.draw(st.sampled_from(sorted(examples)), label="method")
+        body = data.draw(proto_bodies(examples[method]), label="body")
+        code = raw_call(ch, service, method, body)
+        assert code not in FORBIDDEN_CODES, (method, code)
+
+    fuzz()
+    health = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=5)
+    assert health.status == health_pb2.HealthCheckResponse.SERVING

@@ -10,15 +10,12 @@ from collections.abc import Callable, Iterator
 
 import grpc
 import pytest
-from grpc_health.v1 import health_pb2, health_pb2_grpc
-from hypothesis import given
-from hypothesis import strategies as st
 
 from parfusion.v1 import allocator_pb2, allocator_pb2_grpc, intent_pb2, telemetry_pb2
 from services.allocator.server import RunningAllocator
 from services.core.convert import intents_in_file
 from tests.conftest import ROOT
-from tests.fuzzing import FORBIDDEN_CODES, fuzz_settings, proto_bodies, raw_call
+from tests.fuzzing import fuzz_grpc_service
 
 SERVICE = allocator_pb2.DESCRIPTOR.services_by_name["AllocatorService"]
 INTENT = intents_in_file(ROOT / "configs" / "intents" / "online-inference.yaml")[0]
@@ -42,7 +39,6 @@ EXAMPLES = {
         node=telemetry_pb2.NodeTelemetry(node="node-0", backend="modeled", arena_cpus=[0, 1])
     ),
 }
-assert set(EXAMPLES) == set(SERVICE.methods_by_name), "a method without a fuzz example"
 
 
 @pytest.fixture
@@ -56,19 +52,8 @@ def target(
 
 def test_no_request_crashes_the_allocator(target: tuple[RunningAllocator, grpc.Channel]) -> None:
     running, ch = target
-
-    @fuzz_settings()
-    @given(data=st.data())
-    def fuzz(data: st.DataObject) -> None:
-        method = data.draw(st.sampled_from(sorted(EXAMPLES)), label="method")
-        body = data.draw(proto_bodies(EXAMPLES[method]), label="body")
-        code = raw_call(ch, SERVICE, method, body)
-        assert code not in FORBIDDEN_CODES, (method, code)
-
-    fuzz()
-    # alive afterwards: healthy, the store answers, the loop still plans what it accepted
-    health = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=5)
-    assert health.status == health_pb2.HealthCheckResponse.SERVING
+    fuzz_grpc_service(ch, SERVICE, EXAMPLES)
+    # alive afterwards: the store answers, the loop still plans what it accepted
     stub = allocator_pb2_grpc.AllocatorServiceStub(ch)
     stub.ListIntents(allocator_pb2.ListIntentsRequest(), timeout=5)
     before = stub.GetPlan(allocator_pb2.GetPlanRequest(), timeout=5).node_plan.generation

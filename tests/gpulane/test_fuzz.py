@@ -9,16 +9,13 @@ from pathlib import Path
 
 import grpc
 import pytest
-from grpc_health.v1 import health_pb2, health_pb2_grpc
-from hypothesis import given
-from hypothesis import strategies as st
 
 from parfusion.v1 import gpulane_pb2, gpulane_pb2_grpc
 from services.common.config import build_settings
 from services.common.grpc_server import RunningServer, start_grpc_server
 from services.gpulane.nvml import Nvml
 from services.gpulane.server import SERVICE_NAME, GpuLaneServicer, build_controller
-from tests.fuzzing import FORBIDDEN_CODES, fuzz_settings, proto_bodies, raw_call
+from tests.fuzzing import fuzz_grpc_service
 from tests.gpulane.fake_nvml import h200_node
 from tests.gpulane.plans import demo_plan
 
@@ -28,7 +25,6 @@ EXAMPLES = {
     "GetGpuTelemetry": gpulane_pb2.GetGpuTelemetryRequest(),
     "PreviewCommands": gpulane_pb2.PreviewCommandsRequest(plan=demo_plan()),
 }
-assert set(EXAMPLES) == set(SERVICE.methods_by_name), "a method without a fuzz example"
 
 
 @pytest.fixture
@@ -44,18 +40,7 @@ def server(home: Path) -> Iterator[RunningServer]:
 
 def test_no_request_crashes_the_gpu_lane_service(server: RunningServer) -> None:
     with grpc.insecure_channel(server.address) as ch:
-
-        @fuzz_settings()
-        @given(data=st.data())
-        def fuzz(data: st.DataObject) -> None:
-            method = data.draw(st.sampled_from(sorted(EXAMPLES)), label="method")
-            body = data.draw(proto_bodies(EXAMPLES[method]), label="body")
-            code = raw_call(ch, SERVICE, method, body)
-            assert code not in FORBIDDEN_CODES, (method, code)
-
-        fuzz()
-        health = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=5)
-        assert health.status == health_pb2.HealthCheckResponse.SERVING
+        fuzz_grpc_service(ch, SERVICE, EXAMPLES)
         stub = gpulane_pb2_grpc.GpuLaneServiceStub(ch)
         reply = stub.ApplyGpuPlan(gpulane_pb2.ApplyGpuPlanRequest(plan=demo_plan()), timeout=5)
         assert reply.mode == gpulane_pb2.APPLY_MODE_DRY_RUN
