@@ -320,9 +320,13 @@ def proto_bodies(draw: st.DrawFn, valid: Message) -> bytes:
     string, or damaged bytes."""
     msg = type(valid)()
     msg.CopyFrom(valid)
-    kind = draw(st.sampled_from(["fields", "fields", "fields", "utf8", "bytes", "junk"]))
+    kind = draw(st.sampled_from(["fields", "fields", "fields", "utf8", "bytes", "junk", "deep"]))
     if kind == "junk":
         return draw(st.binary(max_size=200))
+    if kind == "deep":  # groups of an unknown field nested far beyond protobuf's limit (100)
+        levels = draw(st.sampled_from([99, 101, 1000, 20_000]))
+        start, end = _varint((999 << 3) | 3), _varint((999 << 3) | 4)
+        return msg.SerializeToString() + start * levels + end * levels
     if kind == "utf8":
         spliced = _invalid_utf8_in_a_string(draw, msg)
         if spliced is not None:

@@ -34,6 +34,7 @@ from services.common.config import ServiceSettings, parse_service_args, resolve_
 from services.common.errors import DomainError
 from services.common.http import (
     HttpError,
+    SecurityHeadersMiddleware,
     TokenMiddleware,
     error_response,
     healthz_route,
@@ -200,7 +201,10 @@ def create_app(settings: ServiceSettings, *, clock: Callable[[], float] = time.t
             metrics_route(bridge.metrics.registry),
             healthz_route(),
         ],
-        middleware=[Middleware(TokenMiddleware, token=settings.api_token)],
+        middleware=[
+            Middleware(SecurityHeadersMiddleware),
+            Middleware(TokenMiddleware, token=settings.api_token),
+        ],
         exception_handlers={HttpError: _http_error, DomainError: _domain_error},  # type: ignore[dict-item]
         lifespan=lifespan,
     )

@@ -43,6 +43,7 @@ def test_no_request_gets_a_5xx(client: TestClient) -> None:
             method, path, content=body, headers={"Content-Type": "application/json"}
         )
         assert reply.status_code < 500, (path, reply.status_code, reply.text[:300])
+        assert reply.headers["x-content-type-options"] == "nosniff"  # security headers
         if data.draw(st.integers(0, 20), label="cancel") == 0:
             assert client.delete("/api/mission").status_code < 500
 

@@ -71,6 +71,7 @@ def test_no_request_gets_a_5xx(client: TestClient) -> None:
             body = data.draw(json_bodies(valid), label="body")
         reply = client.post(f"/{verb}", content=body, headers={"Content-Type": "application/json"})
         assert reply.status_code < 500, (verb, reply.status_code, reply.text[:300])
+        assert reply.headers["x-content-type-options"] == "nosniff"  # security headers
         if reply.status_code >= 400:
             assert reply.json()["error"]  # a reason, not an empty 4xx
 
