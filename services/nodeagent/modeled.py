@@ -21,7 +21,11 @@ from collections.abc import Callable
 from parfusion.v1 import intent_pb2, nodeagent_pb2, telemetry_pb2
 from services.common.errors import FailedPrecondition, InvalidArgument
 from services.core.convert import CLASS_TO_MODEL, DEGRADATION_TO_MODEL
-from services.nodeagent.backend import BackendOptions, next_generation
+from services.nodeagent.backend import (
+    BackendOptions,
+    check_allocation_numbers,
+    next_generation,
+)
 from services.sim.disturbance import disturbance_from_proto, disturbance_to_proto
 from services.sim.node import ModeledNode
 from services.sim.params import ModelParams, load_model_params
@@ -101,12 +105,7 @@ class ModeledBackend:
                 f"cpus {unknown} are outside the modeled arena 0-{len(self.arena) - 1}",
                 field=f"{where}.cpu_set",
             )
-        for name in ("base_service_ms", "arrival_rate_per_s", "deadline_ms"):
-            value = getattr(a, name)
-            if value < 0 or not math.isfinite(value):
-                raise InvalidArgument("must be a finite number >= 0", field=f"{where}.{name}")
-        if not 0.0 <= a.parallel_fraction <= 1.0:
-            raise InvalidArgument("must be in [0, 1]", field=f"{where}.parallel_fraction")
+        check_allocation_numbers(a, where)
         bad_gpus = [i for i in a.gpu_indexes if i >= self.params.gpu_count]
         if bad_gpus:
             raise InvalidArgument(

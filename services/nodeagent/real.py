@@ -23,7 +23,11 @@ from parfusion.v1 import intent_pb2, nodeagent_pb2, telemetry_pb2
 from services.common.config import ConfigError
 from services.common.errors import DomainError, FailedPrecondition, InvalidArgument
 from services.nodeagent import cgroupfs, osctl, procfs
-from services.nodeagent.backend import BackendOptions, next_generation
+from services.nodeagent.backend import (
+    BackendOptions,
+    check_allocation_numbers,
+    next_generation,
+)
 from services.nodeagent.latency import LatencyBook
 from services.nodeagent.pools import Completion, OsKnobs, WorkerPool, measure_rep_ms
 from services.nodeagent.sources import AmdahlJobSource, RequestSource, Task
@@ -187,11 +191,7 @@ class RealBackend:
             raise InvalidArgument(
                 f"cpus {unknown} do not exist on this node", field=f"{where}.cpu_set"
             )
-        for name in ("base_service_ms", "arrival_rate_per_s", "deadline_ms"):
-            if getattr(a, name) < 0 or not math.isfinite(getattr(a, name)):
-                raise InvalidArgument("must be a finite number >= 0", field=f"{where}.{name}")
-        if not 0.0 <= a.parallel_fraction <= 1.0:
-            raise InvalidArgument("must be in [0, 1]", field=f"{where}.parallel_fraction")
+        check_allocation_numbers(a, where)
         note = []
         cpus = tuple(sorted(set(a.cpu_set) & set(self.arena)))
         if a.cpu_set and len(cpus) < len(set(a.cpu_set)):

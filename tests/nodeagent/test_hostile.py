@@ -14,6 +14,8 @@ import pytest
 from parfusion.v1 import intent_pb2, nodeagent_pb2, nodeagent_pb2_grpc
 from services.common.clients import channel
 from services.common.config import build_settings
+from services.common.errors import InvalidArgument
+from services.core.validation import normalize_intent
 from services.nodeagent.backend import MAX_PLAN_GENERATION
 from services.nodeagent.server import RunningNodeAgent, start_nodeagent
 
@@ -106,3 +108,40 @@ def test_malformed_bytes_are_invalid_argument_logged_once(
     lines = [r for r in caplog.records if "malformed" in r.getMessage()]
     assert len(lines) <= 1 and all(r.levelno <= logging.INFO for r in lines)
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+def test_plan_numbers_beyond_an_intents_bounds_are_invalid_argument(
+    agent: RunningNodeAgent,
+) -> None:
+    """Found by the fuzzing: an arrival rate of 1e300 reached the model's Poisson draw and
+    every later ApplyNodePlan was INTERNAL."""
+    with channel(agent.address) as ch:
+        stub = nodeagent_pb2_grpc.NodeAgentServiceStub(ch)
+        for name, value in (
+            ("arrival_rate_per_s", 1e300),
+            ("base_service_ms", 1e12),
+            ("base_service_ms", 1e-300),  # items per second beyond any counter
+            ("deadline_ms", float("inf")),
+        ):
+            plan = _plan(5)
+            plan.allocations.add(
+                intent_id="on", workload_class=intent_pb2.WORKLOAD_CLASS_ONLINE, workers=1
+            )
+            setattr(plan.allocations[0], name, value)
+            with pytest.raises(grpc.RpcError) as err:
+                stub.ApplyNodePlan(nodeagent_pb2.ApplyNodePlanRequest(plan=plan), timeout=5)
+            assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert f"allocations[0].{name}" in err.value.details()
+        tel = stub.GetNodeTelemetry(nodeagent_pb2.GetNodeTelemetryRequest(), timeout=5)
+        assert tel.telemetry.backend == "modeled"
+
+
+def test_an_intent_cannot_carry_a_service_time_the_agent_would_refuse() -> None:
+    """The allocator's validation has the same floor, so no accepted intent leads to it."""
+    intent = intent_pb2.ResourceIntent(
+        name="tiny",
+        workload_class=intent_pb2.WORKLOAD_CLASS_BATCH,
+        speedup=intent_pb2.Speedup(parallel_fraction=0.9, base_service_ms=1e-300),
+    )
+    with pytest.raises(InvalidArgument, match="speedup.base_service_ms"):
+        normalize_intent(intent)
