@@ -37,7 +37,7 @@ test-fast: install
 FUZZ_EXAMPLES ?= 10000
 fuzz: install
 	PARFUSION_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) PARFUSION_FUZZ_RANDOM=1 $(PY) -m pytest -q -p no:cacheprovider \
-		--hypothesis-show-statistics --durations=0 \
+		--hypothesis-show-statistics --durations=0 --timeout=3600 \
 		tests/allocator/test_fuzz.py tests/nodeagent/test_fuzz.py tests/gpulane/test_fuzz.py \
 		tests/extender/test_fuzz.py tests/bridge/test_fuzz.py tests/dashboard/test_fuzz.py $(PYTEST_ARGS)
 
