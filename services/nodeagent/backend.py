@@ -8,8 +8,6 @@ backend runs is configuration (``nodeagent.backend``), chosen once at start-up.
 
 from __future__ import annotations
 
-import importlib
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,43 +16,12 @@ from typing import Protocol
 from parfusion.v1 import intent_pb2, nodeagent_pb2, telemetry_pb2
 from services.common.config import ConfigError, ServiceSettings
 from services.common.errors import InvalidArgument
-from services.core.validation import (
-    MAX_ARRIVAL_RATE_PER_S,
-    MAX_BASE_SERVICE_MS,
-    MAX_DEADLINE_MS,
-    MIN_BASE_SERVICE_MS,
-)
+from services.common.registry import choose, lazy
 
 # Plan generations are uint64 on the wire; the agent reports generation + 1 for a plan sent
 # without one, so it accepts at most 2^63 - 1 and wraps its own count below that: a generation
 # it accepted can never make a later telemetry reply overflow.
 MAX_PLAN_GENERATION = 2**63 - 1
-
-
-# A plan's numbers are bounded like the intents they come from (services/core/validation.py):
-# a pool or the model is sized by them, so an unbounded one would cost memory or time.
-ALLOCATION_BOUNDS = {
-    "base_service_ms": MAX_BASE_SERVICE_MS,
-    "arrival_rate_per_s": MAX_ARRIVAL_RATE_PER_S,
-    "deadline_ms": MAX_DEADLINE_MS,
-}
-
-
-def check_allocation_numbers(a: intent_pb2.Allocation, where: str) -> None:
-    """INVALID_ARGUMENT naming the field for a number outside what an intent may carry."""
-    for name, limit in ALLOCATION_BOUNDS.items():
-        value = getattr(a, name)
-        if not (math.isfinite(value) and 0 <= value <= limit):
-            raise InvalidArgument(
-                f"must be a finite number in [0, {limit:g}], got {value}", field=f"{where}.{name}"
-            )
-    if 0 < a.base_service_ms < MIN_BASE_SERVICE_MS:  # 0 is "the default"
-        raise InvalidArgument(
-            f"must be 0 (default) or at least {MIN_BASE_SERVICE_MS:g}, got {a.base_service_ms}",
-            field=f"{where}.base_service_ms",
-        )
-    if not 0.0 <= a.parallel_fraction <= 1.0:
-        raise InvalidArgument("must be in [0, 1]", field=f"{where}.parallel_fraction")
 
 
 def check_generation(given: int) -> None:
@@ -137,19 +104,6 @@ class NodeBackend(Protocol):
 BackendFactory = Callable[[BackendOptions], NodeBackend]
 
 
-def lazy(target: str) -> BackendFactory:
-    """A factory that imports ``module:Class`` only when that backend is chosen."""
-    module_name, _, attr = target.partition(":")
-
-    def build(options: BackendOptions) -> NodeBackend:
-        cls = getattr(importlib.import_module(module_name), attr)
-        backend: NodeBackend = cls(options)
-        return backend
-
-    build.__qualname__ = f"lazy({target})"
-    return build
-
-
 BACKENDS: dict[str, BackendFactory] = {
     "real": lazy("services.nodeagent.real:RealBackend"),
     "modeled": lazy("services.nodeagent.modeled:ModeledBackend"),
@@ -158,8 +112,5 @@ BACKENDS: dict[str, BackendFactory] = {
 
 def create_backend(name: str, options: BackendOptions) -> NodeBackend:
     """The configured backend; an unknown name is a ConfigError listing the known ones."""
-    factory = BACKENDS.get(name)
-    if factory is None:
-        known = ", ".join(sorted(BACKENDS))
-        raise ConfigError(f"nodeagent.backend: unknown backend {name!r} (known: {known})")
-    return factory(options)
+    backend: NodeBackend = choose(BACKENDS, name, "nodeagent.backend")(options)
+    return backend

@@ -20,12 +20,9 @@ from collections.abc import Callable
 
 from parfusion.v1 import intent_pb2, nodeagent_pb2, telemetry_pb2
 from services.common.errors import FailedPrecondition, InvalidArgument
-from services.core.convert import CLASS_TO_MODEL, DEGRADATION_TO_MODEL
-from services.nodeagent.backend import (
-    BackendOptions,
-    check_allocation_numbers,
-    next_generation,
-)
+from services.core.convert import DEGRADATION_TO_MODEL
+from services.nodeagent.allocation import check_allocation, check_unique
+from services.nodeagent.backend import BackendOptions, next_generation
 from services.sim.disturbance import disturbance_from_proto, disturbance_to_proto
 from services.sim.node import ModeledNode
 from services.sim.params import ModelParams, load_model_params
@@ -34,8 +31,6 @@ from services.sim.workload import Assignment, WorkloadProfile, default_arrivals
 log = logging.getLogger(__name__)
 
 MAX_CATCH_UP_S = 30.0  # after a longer silence the model simulates only the last 30 s
-NICE_MIN, NICE_MAX = -20, 19
-SCHED_POLICIES = ("other", "batch", "idle")
 MODELED_MEMORY_BYTES = 2 * 1024**4  # a DGX H200 has 2 TB of system memory
 MEMORY_PER_UNIT_BYTES = 4 * 1024**3  # [assumption] resident memory per busy worker unit
 
@@ -51,7 +46,6 @@ class ModeledBackend:
         clock: Callable[[], float] = time.monotonic,
         seed: int = 0,
         keep_history: bool = False,
-        window_percentiles: bool = True,
     ) -> None:
         self.options = options
         self.params = params or load_model_params()
@@ -61,10 +55,6 @@ class ModeledBackend:
         self._origin = clock()
         self._lock = threading.Lock()
         self._generation = 0
-        # The headless driver turns the sliding-window p50/p95/p99 off: the allocator's loop
-        # reads only recent_service_ms, pools and pressure, and the experiments compute their
-        # percentiles from the full history. The service always reports them.
-        self._window_percentiles = window_percentiles
         log.info(
             "modeled backend ready",
             extra={"cpu_units": self.params.cpu_units, "gpus": self.params.gpu_count},
@@ -84,28 +74,9 @@ class ModeledBackend:
     # -- plan ------------------------------------------------------------------------------
 
     def _validate(self, index: int, a: intent_pb2.Allocation) -> tuple[WorkloadProfile, Assignment]:
+        arena = f"are outside the modeled arena 0-{len(self.arena) - 1}"
+        cls, policy = check_allocation(index, a, self.arena, arena)
         where = f"allocations[{index}]"
-        if not a.intent_id:
-            raise InvalidArgument("required", field=f"{where}.intent_id")
-        cls = CLASS_TO_MODEL.get(a.workload_class)
-        if cls is None:
-            raise InvalidArgument(
-                "must be ONLINE, BATCH, ROBOT or URGENT", field=f"{where}.workload_class"
-            )
-        if not NICE_MIN <= a.nice <= NICE_MAX:
-            raise InvalidArgument(f"{a.nice} outside -20..19", field=f"{where}.nice")
-        policy = a.sched_policy or "other"
-        if policy not in SCHED_POLICIES:
-            raise InvalidArgument(
-                f"{policy!r} is not other, batch or idle", field=f"{where}.sched_policy"
-            )
-        unknown = sorted(set(a.cpu_set) - set(self.arena))
-        if unknown:
-            raise InvalidArgument(
-                f"cpus {unknown} are outside the modeled arena 0-{len(self.arena) - 1}",
-                field=f"{where}.cpu_set",
-            )
-        check_allocation_numbers(a, where)
         bad_gpus = [i for i in a.gpu_indexes if i >= self.params.gpu_count]
         if bad_gpus:
             raise InvalidArgument(
@@ -138,9 +109,7 @@ class ModeledBackend:
 
     def apply(self, plan: intent_pb2.NodePlan) -> list[nodeagent_pb2.AppliedAllocation]:
         checked = [self._validate(i, a) for i, a in enumerate(plan.allocations)]
-        ids = [p.intent_id for p, _ in checked]
-        if len(set(ids)) != len(ids):
-            raise InvalidArgument("an intent appears twice", field="plan.allocations")
+        check_unique([p.intent_id for p, _ in checked])
         # Units held are bounded by the arena; workers may be more (light work on shared
         # cores, idle-time batch): the model charges those through its interference terms.
         units = sum(a.units for a in plan.allocations)
@@ -204,7 +173,7 @@ class ModeledBackend:
             tel.active_disturbance.CopyFrom(disturbance_to_proto(active.spec))
             tel.disturbance_remaining_s = active.remaining_s(node.now_s)
         for intent_id, run in node.runs.items():
-            view = run.stats.view(with_percentiles=self._window_percentiles)
+            view = run.stats.view()
             recent = run.stats.drain_recent() if drain else run.stats.peek_recent()
             tel.latencies.append(
                 telemetry_pb2.LatencySummary(
