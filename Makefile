@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
 
-.PHONY: install run down test test-fast lint proto proto-check test-deps clean
+.PHONY: install run down test test-fast fuzz lint proto proto-check test-deps clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python >= 3.11 is required"'
@@ -31,6 +31,15 @@ test: install test-deps
 
 test-fast: install
 	$(PY) -m pytest -q -m "not slow and not browser" $(PYTEST_ARGS)
+
+# Hostile-input fuzzing of every service (tests/*/test_fuzz.py): FUZZ_EXAMPLES inputs each, new
+# random inputs every run (make test runs a fixed few hundred). Results: docs/security.md.
+FUZZ_EXAMPLES ?= 10000
+fuzz: install
+	PARFUSION_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) PARFUSION_FUZZ_RANDOM=1 $(PY) -m pytest -q -p no:cacheprovider \
+		--hypothesis-show-statistics --durations=0 --timeout=3600 \
+		tests/allocator/test_fuzz.py tests/nodeagent/test_fuzz.py tests/gpulane/test_fuzz.py \
+		tests/extender/test_fuzz.py tests/bridge/test_fuzz.py tests/dashboard/test_fuzz.py $(PYTEST_ARGS)
 
 proto: install
 	$(PY) -m parfusion.protogen

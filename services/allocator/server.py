@@ -17,7 +17,7 @@ from typing import Any
 
 from parfusion.v1 import allocator_pb2, allocator_pb2_grpc
 from services.allocator.loop import ControlLoop, LoopConfig
-from services.allocator.store import IntentStore
+from services.allocator.store import DEFAULT_MAX_INTENTS, IntentStore, StoreUnusable
 from services.allocator.watch import END, PlanSnapshot
 from services.common.config import ServiceSettings, parse_service_args, resolve_path
 from services.common.errors import InvalidArgument
@@ -265,6 +265,7 @@ def build_allocator(
     store = IntentStore(
         settings.path("db_path", "run/allocator.db"),
         synchronous=settings.get_str("db_synchronous", "normal").lower(),
+        max_intents=settings.get_int("max_intents", DEFAULT_MAX_INTENTS),
     )
     try:
         if settings.get_bool("seed_intents", False):
@@ -334,7 +335,11 @@ def start_allocator(
 def main(argv: list[str] | None = None) -> None:
     settings, _ = parse_service_args("allocator", argv)
     configure_logging(settings.log_level, settings.log_format, "allocator")
-    running = start_allocator(settings, metrics_port=settings.metrics_port)
+    try:
+        running = start_allocator(settings, metrics_port=settings.metrics_port)
+    except StoreUnusable as exc:  # the file and what to do, not a traceback
+        log.error("cannot start", extra={"error": str(exc)})
+        raise SystemExit(f"allocator: {exc}") from None
     log.info(
         "serving",
         extra={

@@ -34,6 +34,7 @@ from services.common.config import ServiceSettings, parse_service_args, resolve_
 from services.common.errors import DomainError
 from services.common.http import (
     HttpError,
+    SecurityHeadersMiddleware,
     TokenMiddleware,
     error_response,
     healthz_route,
@@ -158,17 +159,32 @@ def create_app(settings: ServiceSettings, *, clock: Callable[[], float] = time.t
                 log.exception("background tick failed")
             await asyncio.sleep(max(0.0, period - (time.monotonic() - started)))
 
+    cleanup_s = settings.get_float("allocator_cleanup_ms", 500.0) / 1000.0
+
+    async def cleaner() -> None:
+        """URGENT intents left at the allocator by a failed delete go as soon as it answers
+        again, ticker or not (a manual-tick bridge may not tick for a long time)."""
+        while True:
+            await asyncio.sleep(cleanup_s)
+            if bridge.undeleted:
+                try:
+                    await run_in_threadpool(bridge.clean_up_leftovers)
+                except Exception:
+                    log.exception("left-over intent clean-up failed")
+
     @contextlib.asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
         restored = await run_in_threadpool(bridge.restore)
         if restored:
             log.info("checkpoint restored", extra={"state": bridge.machine.state.value})
         ros2.start()
-        task = asyncio.create_task(ticker()) if background else None
+        tasks = [asyncio.create_task(cleaner())]
+        if background:
+            tasks.append(asyncio.create_task(ticker()))
         try:
             yield
         finally:
-            if task is not None:
+            for task in tasks:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
@@ -185,7 +201,10 @@ def create_app(settings: ServiceSettings, *, clock: Callable[[], float] = time.t
             metrics_route(bridge.metrics.registry),
             healthz_route(),
         ],
-        middleware=[Middleware(TokenMiddleware, token=settings.api_token)],
+        middleware=[
+            Middleware(SecurityHeadersMiddleware),
+            Middleware(TokenMiddleware, token=settings.api_token),
+        ],
         exception_handlers={HttpError: _http_error, DomainError: _domain_error},  # type: ignore[dict-item]
         lifespan=lifespan,
     )

@@ -26,6 +26,7 @@ from starlette.routing import Route
 from services.common.config import ServiceSettings, parse_service_args
 from services.common.http import (
     HttpError,
+    SecurityHeadersMiddleware,
     TokenMiddleware,
     error_response,
     healthz_route,
@@ -185,7 +186,10 @@ def create_app(settings: ServiceSettings, extender: Extender | None = None) -> S
     app = Starlette(
         routes=routes,
         lifespan=lifespan,
-        middleware=[Middleware(TokenMiddleware, token=settings.api_token)],
+        middleware=[
+            Middleware(SecurityHeadersMiddleware),
+            Middleware(TokenMiddleware, token=settings.api_token),
+        ],
     )
     app.state.extender = ext
     app.state.background = background

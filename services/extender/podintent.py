@@ -16,15 +16,20 @@ passes it through. Validation is the allocator's own (services/core/validation.p
 intent the extender accepts is one SubmitIntent would accept. kube-scheduler sends the same pod
 to /filter, /prioritize and /bind in turn, and replicas carry the same annotation, so validation
 results are cached on the raw strings and only the id (the pod UID) and name are per pod.
+
+The annotation is hostile input like any body: strict JSON (orjson: no NaN/Infinity, no integer
+beyond 64 bits), at most ``MAX_ANNOTATION_BYTES`` and ``MAX_DEPTH`` levels; anything that fails
+is an invalid intent with the reason (every node unresolvable), never an error of the extender.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any
+
+import orjson
 
 from services.common.errors import InvalidArgument
 from services.core.convert import intent_from_document, intent_to_spec
@@ -48,6 +53,8 @@ LABEL_FIELDS: dict[str, tuple[str, ...]] = {
     "preemptible": ("preemptible",),
 }
 PLACEHOLDER_ID = "pod-intent"  # replaced by the pod's UID after validation
+MAX_ANNOTATION_BYTES = 16 * 1024  # with the caches below: at most 16 MiB of kept text
+MAX_DEPTH = 8  # a ResourceIntent nests 3 levels (intent.slo.deadline_ms); labels one more
 _NOT_DNS_LABEL = re.compile(r"[^a-z0-9-]+")
 
 
@@ -99,17 +106,34 @@ def pod_intent(pod: Pod) -> PodIntent:
 Cached = tuple[PodIntent, bool, bool]  # (intent, the document set its id, ... its name)
 
 
-@lru_cache(maxsize=4096)
+@lru_cache(maxsize=1024)
 def _from_annotation(text: str) -> Cached:
+    def refused(error: str) -> Cached:
+        return PodIntent(None, f"annotation {ANNOTATION} {error}", "annotation"), False, False
+
+    if len(text) > MAX_ANNOTATION_BYTES:
+        return refused(f"is {len(text)} characters; at most {MAX_ANNOTATION_BYTES}")
     try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as exc:
-        error = f"annotation {ANNOTATION} is not valid JSON: {exc}"
-        return PodIntent(None, error, "annotation"), False, False
+        doc = orjson.loads(text.encode("utf-8", "surrogatepass"))
+    except orjson.JSONDecodeError as exc:
+        return refused(f"is not valid JSON: {exc}")
     if not isinstance(doc, dict):
-        error = f"annotation {ANNOTATION} must be a JSON object"
-        return PodIntent(None, error, "annotation"), False, False
+        return refused("must be a JSON object")
+    if _depth(doc) > MAX_DEPTH:
+        return refused(f"nests deeper than {MAX_DEPTH} levels")
     return _validated(doc, "annotation")
+
+
+def _depth(doc: Any) -> int:
+    """Nesting depth of a parsed JSON value, without recursion."""
+    deepest, stack = 0, [(doc, 1)]
+    while stack:
+        value, level = stack.pop()
+        if isinstance(value, dict | list):
+            deepest = max(deepest, level)
+            children = value.values() if isinstance(value, dict) else value
+            stack.extend((child, level + 1) for child in children)
+    return deepest
 
 
 @lru_cache(maxsize=4096)
@@ -154,4 +178,7 @@ def _validated(doc: dict[str, Any], source: str) -> Cached:
         spec = intent_to_spec(normalize_intent(intent_from_document(doc)))
     except InvalidArgument as exc:
         return PodIntent(None, f"invalid intent: {exc}", source), own_id, own_name
+    except (ValueError, OverflowError, TypeError) as exc:  # a number no field can hold
+        error = f"invalid intent: {type(exc).__name__}: {exc}"
+        return PodIntent(None, error, source), own_id, own_name
     return PodIntent(spec, "", source), own_id, own_name
