@@ -184,6 +184,18 @@ class ClusterView:
             for name in names:
                 self._merge(name)
 
+    def update_telemetry(self, reports: Sequence[NodeTelemetry], gone: Iterable[str] = ()) -> None:
+        """Replace these nodes' telemetry and drop the ``gone`` ones'; the rest stay as they are
+        (the NodeIntentState watch: one node per event)."""
+        with self._lock:
+            names = {r.node for r in reports} | set(gone)
+            for name in gone:
+                self._telemetry.pop(name, None)
+            for report in reports:
+                self._telemetry[report.node] = report
+            for name in names:
+                self._merge(name)
+
     def place(self, node: str, intent: IntentSpec) -> None:
         """Make a bound pod's intent resident on its node (later filters see the capacity gone)."""
         with self._lock:

@@ -74,6 +74,8 @@ class Extender:
         self._pod_cache_size = pod_cache_size
         self._bind_lock = threading.Lock()
         self._class_scores: OrderedDict[IntentSpec, ClassScores] = OrderedDict()
+        # nodes whose NodeIntentState went stale (nodestates.py): scored 0 by /prioritize
+        self.stale_nodes: frozenset[str] = frozenset()
 
     def scores_for(self, spec: IntentSpec) -> ClassScores:
         """The per-class score cache of an intent; replicas (same intent but id and name) share."""
@@ -167,6 +169,9 @@ class Extender:
             scores = [protocol.MIN_EXTENDER_PRIORITY] * len(names)
         else:
             scores = self.prioritize_rows(found, entry.rows)
+            stale = self.stale_nodes
+            if stale:
+                scores = [0 if n in stale else s for n, s in zip(names, scores, strict=True)]
         if entry.host_heads is None:
             entry.host_heads = protocol.host_heads(names)
         return protocol.encode_host_priorities(names, scores, entry.host_heads)
