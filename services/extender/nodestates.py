@@ -34,6 +34,7 @@ from services.common.kube import Informer, ObjectMeta, PodHead, ResourcePath
 from services.core.convert import intent_from_document, intent_to_spec
 from services.core.model import IntentSpec, LaneCapacity
 from services.core.podintent import pod_intent
+from services.core.validation import normalize_intent
 
 from .nodeview import NodeTelemetry
 from .protocol import NodeHead
@@ -78,7 +79,8 @@ def telemetry_of(obj: NodeIntentStateObject, observed_at: float) -> NodeTelemetr
         if resident.intent is None:
             continue
         try:
-            residents.append(intent_to_spec(intent_from_document(resident.intent), seq))
+            intent = normalize_intent(intent_from_document(resident.intent))
+            residents.append(intent_to_spec(intent, seq))
         except (DomainError, KeyError) as exc:  # a hand-edited object: skip, say which
             log.warning("resident not understood", extra={"id": resident.id, "error": str(exc)})
     lanes = tuple(

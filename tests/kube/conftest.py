@@ -19,6 +19,7 @@ import shutil
 import subprocess
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -70,6 +71,7 @@ class ControlPlane:
         return done.stdout
 
     def kubectl(self, *args: str, stdin: str | None = None, check: bool = True) -> str:
+        """kubectl's output; with check=False a failure returns its stderr instead of raising."""
         done = subprocess.run(
             [str(self.directory / "bin" / "kubectl"), *args],
             env={**self.env, "KUBECONFIG": self.kubeconfig},
@@ -80,7 +82,7 @@ class ControlPlane:
         )
         if check and done.returncode != 0:
             raise RuntimeError(f"kubectl {' '.join(args)}: {done.stderr}")
-        return done.stdout
+        return done.stdout if done.returncode == 0 else done.stderr
 
     def apply(self, *docs: dict[str, Any]) -> str:
         return self.kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(docs))
@@ -168,6 +170,7 @@ def cluster(
         plane.script("node", name, str(cpus), "64Gi")
     kube = {"PARFUSION_EXTENDER_KUBE_API": "kubeconfig"}
     stacks: list[Stack] = []
+    failed: list[str] = []
     try:
         extender = start_stack(
             _home(tmp_path_factory, "extender"),
@@ -182,8 +185,9 @@ def cluster(
         )
         stacks.append(extender)
         result = Cluster(plane, extender)
-        for name, cpus in NODES.items():
-            stack = start_stack(
+
+        def node_stack(name: str) -> Stack:
+            return start_stack(
                 _home(tmp_path_factory, name),
                 ["allocator", "nodeagent"],
                 {
@@ -191,16 +195,26 @@ def cluster(
                     "PARFUSION_ALLOCATOR_KUBE_API": "kubeconfig",
                     "PARFUSION_ALLOCATOR_KUBECONFIG": plane.kubeconfig,
                     "PARFUSION_ALLOCATOR_SEED_INTENTS": "false",
-                    "PARFUSION_ALLOCATOR_CPU_UNITS": str(cpus),
+                    "PARFUSION_ALLOCATOR_CPU_UNITS": str(NODES[name]),
                     "PARFUSION_ALLOCATOR_STATE_HEARTBEAT_S": "1.0",
                     "PARFUSION_ALLOCATOR_STATE_MIN_INTERVAL_S": "0.5",
                     "PARFUSION_ALLOCATOR_STATUS_INTERVAL_S": "0.5",
                     "PARFUSION_ALLOCATOR_STATUS_MIN_INTERVAL_S": "1.0",
                 },
             )
-            stacks.append(stack)
-            result.nodes[name] = stack
+
+        # the three nodes start (and stop) side by side: each is a few processes of its own
+        with ThreadPoolExecutor(len(NODES)) as pool:
+            futures = {name: pool.submit(node_stack, name) for name in NODES}
+            for name, future in futures.items():
+                try:
+                    result.nodes[name] = future.result()
+                except Exception:
+                    failed.append(name)
+            stacks += result.nodes.values()
+            if failed:
+                raise RuntimeError(f"node stacks did not start: {failed}")
         yield result
     finally:
-        for stack in stacks:
-            stack.close()
+        with ThreadPoolExecutor(max(1, len(stacks))) as pool:
+            list(pool.map(Stack.close, stacks))
