@@ -191,7 +191,10 @@ class Informer(Generic[T]):
                 self.errors += 1
                 self.last_error = f"{type(exc).__name__}: {exc}"[:300]
                 log.warning(
-                    "list/watch failed; retrying",
+                    "list/watch of %s failed, retrying in ~%.1fs: %s",
+                    self.name,
+                    delay,
+                    self.last_error,
                     extra={"informer": self.name, "error": self.last_error, "retry_s": delay},
                 )
                 self.resource_version = ""

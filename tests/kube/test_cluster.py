@@ -146,14 +146,14 @@ def test_a_pod_that_cannot_meet_its_deadline_on_busy_nodes_goes_where_there_is_s
             lambda n=node: (r := cluster.node_record(n)) and r["free_units"] <= 2,
             f"the extender to see {node} busy",
         )
-    cluster.plane.apply(pod("detector", NEEDS_FOUR))
-    node = wait_for(lambda: _bound(cluster, "detector"), "pod detector bound")
+    cluster.plane.apply(pod("deadline-pod", NEEDS_FOUR))
+    node = wait_for(lambda: _bound(cluster, "deadline-pod"), "pod deadline-pod bound")
     assert node == "node-c"
     # the extender bound it (bindVerb) through the API, and it is resident there at once
     state = cluster.extender_state()
-    binding = next(b for b in state["bindings"] if b["pod"] == "default/detector")
+    binding = next(b for b in state["bindings"] if b["pod"] == "default/deadline-pod")
     assert binding["mode"] == "api" and binding["node"] == "node-c"
-    uid = cluster.plane.get("pod", "detector")["metadata"]["uid"]
+    uid = cluster.plane.get("pod", "deadline-pod")["metadata"]["uid"]
     assert uid in cluster.node_record("node-c")["residents"]
     # and node-c's allocator adopted the bound pod's intent
     wait_for(
