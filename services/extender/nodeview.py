@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import Counter, OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from services.core.model import DmugConfig, IntentSpec, LaneCapacity
-from services.core.placement import view_of
+from services.core.placement import NodeView, view_of
 
 from .columns import NodeColumns
 from .noderecord import NodeRecord
@@ -114,6 +115,9 @@ class ClusterView:
     columns: NodeColumns = field(default_factory=NodeColumns)
     _versions: dict[str, str] = field(default_factory=dict)  # name -> Node resourceVersion
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    # D-MUG's view of a node per (node state but its name, resident shapes): every bound pod
+    # re-derives its node's view, and replicas on same-shaped nodes share one
+    _placements: OrderedDict[tuple[object, ...], NodeView] = field(default_factory=OrderedDict)
 
     # --- writers ---------------------------------------------------------------------------
 
@@ -206,9 +210,23 @@ class ClusterView:
                 free[intent.gpu_lane] -= intent.gpu_share * SHARE_UNITS_PER_GPU
         rec = replace(rec, residents=residents, free_lane_units=free)
         if self.derive_placement:
-            rec = replace(rec, placement=view_of(rec.state, residents, {}, self.dmug))
+            rec = replace(rec, placement=self._placement(rec, residents))
         self._merged[name] = rec
         self.columns.put(rec)
+
+    def _placement(self, rec: NodeRecord, residents: Sequence[IntentSpec]) -> NodeView:
+        """view_of(rec.state, residents), memoised on what it depends on: the node state without
+        its name and the residents without their identity (id, name, node, order)."""
+        state = replace(rec.state, name="")
+        shapes = Counter(replace(i, id="", name="", node="", seq=0) for i in residents)
+        key = (state, frozenset(shapes.items()))
+        view = self._placements.get(key)
+        if view is None:
+            view = view_of(state, residents, {}, self.dmug)
+            self._placements[key] = view
+            while len(self._placements) > 4096:
+                self._placements.popitem(last=False)
+        return replace(view, name=rec.name)
 
     # --- readers ---------------------------------------------------------------------------
 
