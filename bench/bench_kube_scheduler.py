@@ -510,6 +510,7 @@ def main(argv: list[str] | None = None) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="bench-kube-"))
     bench = Bench(workdir, ns.nodes, ns.pods)
     rows: list[dict[str, Any]] = []
+    load_at_start = os.getloadavg()
     try:
         t = time.monotonic()
         bench.up()
@@ -530,7 +531,8 @@ def main(argv: list[str] | None = None) -> int:
         "nodes": ns.nodes,
         "pods": ns.pods,
         "cpus": os.cpu_count(),
-        "load_before": os.getloadavg(),
+        "load_at_start": load_at_start,  # 1, 5, 15 min: the machine is shared
+        "load_at_end": os.getloadavg(),
         "rows": rows,
         "with_over_without": ratios(rows),
     }
