@@ -138,34 +138,33 @@ class IntentReconciler:
 
     # --- ResourceIntents ---------------------------------------------------------------------
 
-    def _adopt(self, key: str, obj: ResourceIntentObject) -> None:
+    def _adopt(self, obj: ResourceIntentObject) -> Adopted:
+        """Store the object's intent (or remove it when invalid); what the publisher reports."""
         meta = obj.metadata
         try:
             intent = resource_intent(obj, self.node, self.lanes)
         except DomainError as exc:
             self._remove(meta.uid)
-            self.resource_intents[key] = Adopted(
-                meta.namespace, meta.name, meta.uid, meta.generation, error=str(exc)
-            )
-            return
+            return Adopted(meta.namespace, meta.name, meta.uid, meta.generation, error=str(exc))
         self._ensure(intent)
-        self.resource_intents[key] = Adopted(meta.namespace, meta.name, meta.uid, meta.generation)
+        return Adopted(meta.namespace, meta.name, meta.uid, meta.generation)
 
     def _sync_intents(self, objects: dict[str, ResourceIntentObject]) -> None:
         with self._lock:
-            self.resource_intents = {}
-            for key, obj in objects.items():
-                self._adopt(key, obj)
+            # built aside, then swapped: the publisher's thread reads this dict
+            self.resource_intents = {key: self._adopt(obj) for key, obj in objects.items()}
             self._synced_intents = True
             self._collect()
 
     def _intent_event(self, kind: str, key: str, obj: ResourceIntentObject) -> None:
         with self._lock:
             if kind == "DELETED" or obj.spec.get("node") != self.node:
-                gone = self.resource_intents.pop(key, None)
+                remaining = dict(self.resource_intents)
+                gone = remaining.pop(key, None)
+                self.resource_intents = remaining
                 self._remove(gone.uid if gone else obj.metadata.uid)
             else:
-                self._adopt(key, obj)
+                self.resource_intents = {**self.resource_intents, key: self._adopt(obj)}
 
     # --- pods --------------------------------------------------------------------------------
 
