@@ -29,6 +29,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from google.protobuf import json_format
+from prometheus_client import Counter
 
 from parfusion.v1 import intent_pb2
 from services.allocator.kube import GROUP, VERSION, IntentReconciler
@@ -47,6 +48,11 @@ DECISIONS = {
 }
 CONDITIONS = ("Admitted", "Degraded", "Throttled", "Preempted")
 NEVER_MS = 1e9  # the plan's "never": the queue would not drain
+API_WRITES = Counter(
+    "parfusion_allocator_kube_writes_total",
+    "Writes to the Kubernetes API: ResourceIntent status, NodeIntentState; failed publish rounds",
+    ["kind", "outcome"],
+)
 
 
 @dataclass(frozen=True)
@@ -174,6 +180,7 @@ class StatusPublisher:
                 self.publish_once()
             except Exception as exc:  # the API may be down; the node loop never depends on it
                 self.writes["errors"] += 1
+                API_WRITES.labels("publish", "error").inc()
                 log.warning("status publish failed", extra={"error": api_error_message(exc)})
 
     def publish_once(self) -> None:
@@ -226,6 +233,7 @@ class StatusPublisher:
                     continue
                 raise
             self.writes["status"] += 1
+            API_WRITES.labels("status", "ok").inc()
             self._written[item.uid] = (status, conds, now)
 
     # --- NodeIntentState ---------------------------------------------------------------------
@@ -313,6 +321,7 @@ class StatusPublisher:
                 self._state_created = False
             raise
         self.writes["state"] += 1
+        API_WRITES.labels("state", "ok").inc()
         self._state_key, self._state_at = key, self._clock()
 
     def _create_state(self) -> None:

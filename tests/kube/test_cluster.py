@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import httpx
 import pytest
 
 from tests.kube.conftest import NODES, STALE_S, Cluster, wait_for
@@ -127,6 +128,9 @@ def test_every_node_publishes_its_state_and_the_extender_watches_it(cluster: Clu
     record = cluster.node_record("node-c")
     assert record is not None and record["cpu_units"] == NODES["node-c"]
     assert record["telemetry_age_s"] is not None
+    port = cluster.nodes["node-a"].env["PARFUSION_ALLOCATOR_METRICS_PORT"]
+    metrics = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+    assert 'parfusion_allocator_kube_writes_total{kind="state",outcome="ok"}' in metrics
 
 
 def _bound(cluster: Cluster, name: str) -> str:
