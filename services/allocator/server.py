@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from parfusion.v1 import allocator_pb2, allocator_pb2_grpc
+from services.allocator.kubestatus import KubeSync, start_kube_sync
 from services.allocator.loop import ControlLoop, LoopConfig
 from services.allocator.store import DEFAULT_MAX_INTENTS, IntentStore, StoreUnusable
 from services.allocator.watch import END, PlanSnapshot
@@ -46,8 +47,11 @@ class AllocatorHandle:
     loop: ControlLoop
     servicer: AllocatorServicer
     settings: ServiceSettings
+    kube: KubeSync | None = None  # with allocator.kube_api: intents and state via the API
 
     def stop(self) -> None:
+        if self.kube is not None:
+            self.kube.stop()
         self.loop.stop()
         self.store.close()
 
@@ -286,6 +290,11 @@ def build_allocator(
     handle = AllocatorHandle(store=store, loop=loop, servicer=servicer, settings=settings)
     if start_loop:
         loop.start()
+    try:
+        handle.kube = start_kube_sync(settings, loop, tuple(configured_lanes(settings)))
+    except Exception:
+        handle.stop()
+        raise
     registrations: list[Registration] = [
         (allocator_pb2_grpc.add_AllocatorServiceServicer_to_server, servicer, SERVICE_NAME)
     ]

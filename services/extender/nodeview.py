@@ -25,13 +25,14 @@ import logging
 import math
 import threading
 import time
+from collections import Counter, OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from services.core.model import DmugConfig, IntentSpec, LaneCapacity
-from services.core.placement import view_of
+from services.core.placement import NodeView, view_of
 
 from .columns import NodeColumns
 from .noderecord import NodeRecord
@@ -147,6 +148,9 @@ class ClusterView:
     # node bytes, so the same object means the same node (a resourceVersion is only a claim)
     _seen: dict[str, NodeHead] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    # D-MUG's view of a node per (node state but its name, resident shapes): every bound pod
+    # re-derives its node's view, and replicas on same-shaped nodes share one
+    _placements: OrderedDict[tuple[object, ...], NodeView] = field(default_factory=OrderedDict)
 
     # --- writers ---------------------------------------------------------------------------
 
@@ -189,6 +193,18 @@ class ClusterView:
         with self._lock:
             names = set(self._telemetry) | {r.node for r in reports}
             self._telemetry = {r.node: r for r in reports}
+            for name in names:
+                self._merge(name)
+
+    def update_telemetry(self, reports: Sequence[NodeTelemetry], gone: Iterable[str] = ()) -> None:
+        """Replace these nodes' telemetry and drop the ``gone`` ones'; the rest stay as they are
+        (the NodeIntentState watch: one node per event)."""
+        with self._lock:
+            names = {r.node for r in reports} | set(gone)
+            for name in gone:
+                self._telemetry.pop(name, None)
+            for report in reports:
+                self._telemetry[report.node] = report
             for name in names:
                 self._merge(name)
 
@@ -237,9 +253,23 @@ class ClusterView:
                 free[intent.gpu_lane] -= intent.gpu_share * SHARE_UNITS_PER_GPU
         rec = replace(rec, residents=residents, free_lane_units=free)
         if self.derive_placement:
-            rec = replace(rec, placement=view_of(rec.state, residents, {}, self.dmug))
+            rec = replace(rec, placement=self._placement(rec, residents))
         self._merged[name] = rec
         self.columns.put(rec)
+
+    def _placement(self, rec: NodeRecord, residents: Sequence[IntentSpec]) -> NodeView:
+        """view_of(rec.state, residents), memoised on what it depends on: the node state without
+        its name and the residents without their identity (id, name, node, order)."""
+        state = replace(rec.state, name="")
+        shapes = Counter(replace(i, id="", name="", node="", seq=0) for i in residents)
+        key = (state, frozenset(shapes.items()))
+        view = self._placements.get(key)
+        if view is None:
+            view = view_of(state, residents, {}, self.dmug)
+            self._placements[key] = view
+            while len(self._placements) > 4096:
+                self._placements.popitem(last=False)
+        return replace(view, name=rec.name)
 
     # --- readers ---------------------------------------------------------------------------
 
