@@ -46,7 +46,7 @@ LATCHED_QOS = {"reliability": "reliable", "durability": "transient_local", "dept
 # Urgent events are never replayed to a restarted bridge (volatile); the depth bounds what
 # waits in the DDS reader, the bridge's own queue limit bounds the rest.
 URGENT_QOS = {"reliability": "reliable", "durability": "volatile", "depth": 64}
-TOPICS = {
+TOPICS: dict[str, dict[str, Any]] = {
     STATE_TOPIC: {"type": "std_msgs/msg/String", "direction": "out", "qos": LATCHED_QOS},
     DIAGNOSTICS_TOPIC: {
         "type": "diagnostic_msgs/msg/DiagnosticStatus",

@@ -58,7 +58,7 @@ class RobotPeer:
             DiagnosticStatus, ros2.DIAGNOSTICS_TOPIC, self._on_diagnostic, latched()
         )
         self.urgent = self.node.create_publisher(String, ros2.URGENT_TOPIC, 10)
-        self.clients = {
+        self.clients: dict[str, Any] = {
             name: self.node.create_client(Trigger, name) for name in ros2.SERVICES
         }  # start_mission, cancel_mission, tick
         self.parameters = AsyncParameterClient(self.node, ros2.NODE_NAME)
