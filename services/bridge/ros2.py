@@ -319,8 +319,14 @@ class Ros2Adapter:
             values=[key_value(key=k, value=v) for k, v in values],
         )
         with self._publish_lock:  # keeps the two topics in the same order
-            self._publishers[STATE_TOPIC].publish(self._msgs["String"](data=json.dumps(document)))
-            self._publishers[DIAGNOSTICS_TOPIC].publish(status)
+            publishers = self._publishers
+            if not publishers:  # stopped meanwhile
+                return
+            try:
+                publishers[STATE_TOPIC].publish(self._msgs["String"](data=json.dumps(document)))
+                publishers[DIAGNOSTICS_TOPIC].publish(status)
+            except Exception:  # DDS trouble (or a stop under way) never stops the robot's loop
+                log.exception("ROS 2 publish failed")
 
     def status(self) -> dict[str, Any]:
         return {
@@ -343,7 +349,8 @@ class Ros2Adapter:
             self._thread = None
 
     def _shutdown(self) -> None:
-        self._publishers = {}
+        with self._publish_lock:  # a publish under way finishes before the node goes
+            self._publishers = {}
         try:
             if self._executor is not None:
                 self._executor.shutdown()

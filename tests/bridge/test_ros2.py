@@ -18,6 +18,8 @@ from typing import Any
 
 import httpx
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from starlette.testclient import TestClient
 
 from parfusion.v1 import allocator_pb2, allocator_pb2_grpc, intent_pb2
@@ -28,10 +30,15 @@ from services.bridge.ros2 import (
     ROS2_MODE,
     START_SERVICE,
     TICK_SERVICE,
+    BridgeCommands,
+    Ros2Adapter,
     diagnostic_summary,
 )
+from services.bridge.validation import parse_urgent
 from services.common.clients import channel
 from services.common.config import build_settings
+from services.common.errors import DomainError
+from tests.bridge.conftest import Clock, make_bridge
 from tests.conftest import ROOT
 from tests.stack import Stack, start_stack
 
@@ -119,6 +126,42 @@ def test_diagnostic_level_follows_the_robot(document: dict[str, Any], level: str
     assert keys["step"] == ("" if document["mission_step"] is None else "3")
     assert keys["urgent_queue"] == str(document["urgent_queued"])
     assert all(isinstance(v, str) for v in keys.values())
+
+
+JSON_VALUES = st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=80)
+URGENT_BODIES = st.dictionaries(
+    st.sampled_from(["name", "deadline_ms", "work", "extra"]) | st.text(max_size=8),
+    JSON_VALUES,
+    max_size=5,
+)
+
+
+@needs_ros
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(payload=st.text(max_size=200) | URGENT_BODIES.map(json.dumps))
+def test_any_message_on_the_urgent_topic_queues_a_valid_event_or_nothing(
+    payload: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    from std_msgs.msg import String
+
+    bridge = make_bridge(tmp_path_factory.mktemp("fuzz") / "checkpoint.json", Clock())
+    adapter = Ros2Adapter(
+        "auto",
+        BridgeCommands(
+            submit_urgent=lambda body: bridge.submit_urgent(parse_urgent(body), source="ros2"),
+            start_mission=lambda _body: (False, {}),
+            cancel_mission=lambda: (False, {}),
+            tick=lambda: (False, {}),
+            state_view=lambda: {},
+        ),
+    )
+    adapter._received(String(data=payload))  # the subscription's callback, as rclpy calls it
+    try:
+        document = json.loads(payload)
+        expected = parse_urgent(document) if isinstance(document, dict) else None
+    except (ValueError, DomainError):  # not JSON, or refused by the HTTP route's validation
+        expected = None
+    assert [event.spec for _, _, event in bridge.queue] == ([expected] if expected else [])
 
 
 # --- real DDS -------------------------------------------------------------------------------
