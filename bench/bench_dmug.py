@@ -27,9 +27,9 @@ import numpy as np
 # measure the checkout this script is in, not whichever copy the environment has installed
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from services.allocator import dmug
-from services.allocator.model import IntentSpec, LaneCapacity, NodeState, PlanInput
-from services.allocator.policies.registry import get_policy
+from services.core import dmug
+from services.core.model import IntentSpec, LaneCapacity, NodeState, PlanInput
+from services.core.policies.registry import get_policy
 
 CLASSES = ("ONLINE",) * 8 + ("ROBOT",) * 2 + ("URGENT",) + ("BATCH",) * 9
 

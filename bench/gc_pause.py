@@ -1,6 +1,6 @@
 """What pausing the cyclic garbage collector for a tick is worth: one process, ticks alternating.
 
-Even ticks run as the policies do (services/allocator/gcpause.py: the collector paused for the
+Even ticks run as the policies do (services/core/gcpause.py: the collector paused for the
 tick), odd ticks with the pause replaced by a no-op, so both halves see the same background load
 and the same heap. Each tick is timed together with one container allocation right after it,
 which is where a collection the pause deferred would run, so deferred work is counted. `--heap`
@@ -25,10 +25,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench_dmug import make_intents, make_node  # noqa: E402
 
-from services.allocator import gcpause  # noqa: E402
-from services.allocator.model import PlanInput  # noqa: E402
-from services.allocator.policies import parfusion as family  # noqa: E402
-from services.allocator.policies.registry import get_policy  # noqa: E402
+from services.core import gcpause  # noqa: E402
+from services.core.model import PlanInput  # noqa: E402
+from services.core.policies import parfusion as family  # noqa: E402
+from services.core.policies.registry import get_policy  # noqa: E402
 
 
 class _Probe:

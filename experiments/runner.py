@@ -3,7 +3,7 @@
 Each tick does what services/allocator/loop.py does, with the same pieces: pull the node's
 telemetry (the modeled backend's NodeTelemetry), feed the recent service times to the
 allocator's Predictor at the parallelism they ran with, build the NodeState (contention and the
-active disturbance through services.allocator.convert), run ``get_policy(name).allocate``, turn
+active disturbance through services.core.convert), run ``get_policy(name).allocate``, turn
 the result into the NodePlan (services.allocator.plans) and apply it to the node. Intents come
 and go (the urgent event) and disturbances arrive through InjectDisturbance, between ticks. No
 thread sleeps: one simulated minute takes well under a second.
@@ -18,15 +18,16 @@ from typing import Any
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from experiments.model.params import ModelParams
 from experiments.scenario import Event, Scenario
 from parfusion.v1 import intent_pb2
-from services.allocator import convert, model, plans
-from services.allocator.formulas import observation_factor
-from services.allocator.policies.registry import get_policy
-from services.allocator.predictor import Predictor
+from services.allocator import plans
+from services.core import convert, model
+from services.core.formulas import observation_factor
+from services.core.policies.registry import get_policy
+from services.core.predictor import Predictor
 from services.nodeagent.backend import BackendOptions
 from services.nodeagent.modeled import ModeledBackend
+from services.sim.params import ModelParams
 
 
 class SimClock:

@@ -17,9 +17,10 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from experiments.cpu_corun.workload import Calibration, shape
 from parfusion.v1 import intent_pb2
-from services.allocator import convert, model, plans
-from services.allocator.policies.registry import get_policy
-from services.allocator.predictor import Predictor
+from services.allocator import plans
+from services.core import convert, model
+from services.core.policies.registry import get_policy
+from services.core.predictor import Predictor
 from services.nodeagent.real import RealBackend
 
 PROTO_CLASS = {

@@ -19,10 +19,10 @@ import grpc
 from google.protobuf import json_format
 
 from parfusion.v1 import allocator_pb2, allocator_pb2_grpc, intent_pb2
-from services.allocator.convert import intents_in_file
 from services.common.clients import channel
 from services.common.errors import DomainError
 from services.common.latency import format_ms
+from services.core.convert import intents_in_file
 
 DEFAULT_ADDRESS = "127.0.0.1:50051"
 CLASSES = ("ONLINE", "BATCH", "ROBOT", "URGENT")

@@ -24,14 +24,15 @@ from typing import Any
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from parfusion.v1 import intent_pb2, telemetry_pb2
-from services.allocator import convert, metrics, model, plans
-from services.allocator.formulas import observation_factor
+from services.allocator import metrics, plans
 from services.allocator.peers import GpuLaneClient, NodeAgentClient
-from services.allocator.policies.base import Policy
-from services.allocator.policies.registry import get_policy
-from services.allocator.predictor import Predictor
 from services.allocator.store import IntentStore, StoredIntent
 from services.allocator.watch import PlanFeed, PlanSnapshot
+from services.core import convert, model
+from services.core.formulas import observation_factor
+from services.core.policies.base import Policy
+from services.core.policies.registry import get_policy
+from services.core.predictor import Predictor
 
 log = logging.getLogger(__name__)
 

@@ -285,7 +285,7 @@ class GuidedDemo:
         path = self.config.intents_path
         if path is None or not path.exists():
             return "the allocator holds no intents and no demo intents are configured"
-        from services.allocator.convert import intents_in_file
+        from services.core.convert import intents_in_file
 
         files = (
             sorted(path.glob("*.y*ml")) + sorted(path.glob("*.json")) if path.is_dir() else [path]

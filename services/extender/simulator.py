@@ -25,8 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from services.allocator.model import DmugConfig, PlanInput
-from services.allocator.policies.registry import get_policy
+from services.core.model import DmugConfig, PlanInput
+from services.core.policies.registry import get_policy
 
 from .kubescore import ClusterResources, extender_contribution, select_host
 from .nodeview import SHARE_UNITS_PER_GPU, ClusterView

@@ -80,11 +80,11 @@ def test_share_units_pack_onto_the_fewest_emptiest_gpus() -> None:
 
 def test_real_policies_end_to_end() -> None:
     """Every registered policy's own decisions, converted by the allocator, placed here."""
-    registry = pytest.importorskip("services.allocator.policies.registry")
+    registry = pytest.importorskip("services.core.policies.registry")
     from google.protobuf.timestamp_pb2 import Timestamp
 
-    from services.allocator import model
     from services.allocator.plans import gpu_plan
+    from services.core import model
 
     lanes, names = _node(4)  # GPUs 0-3: online whole, batch half, robot/urgent absent
     capacity = tuple(
