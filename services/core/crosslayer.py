@@ -1,4 +1,4 @@
-"""Cross-layer knobs: turns a unit allocation (dmug.UnitPlan) into the tick's Decisions.
+"""Cross-layer knobs: turns a unit allocation (outcome.UnitPlan) into the tick's Decisions.
 
 Every policy ends here. With cross-layer control on, deadline work gets its own CPU cores first,
 nice 0 and a high cgroup weight, batch the shared rest, nice 10..19 and SCHED_BATCH (SCHED_IDLE
@@ -12,37 +12,16 @@ reference policies) only the pool sizes change and every OS/GPU knob keeps its d
 
 from __future__ import annotations
 
-import dataclasses
-from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import repeat
 from typing import Any
 
 import numpy as np
 
 from services.common.latency import format_ms
 from services.core.cpuset import format_cpuset
-from services.core.dmug import (
-    ADMITTED,
-    BATCH_ADMITTED,
-    FIXED,
-    HELD_DEGRADED,
-    IDLE_TIME,
-    LATENCY_CEILING_MS,
-    MET,
-    MET_DEGRADED,
-    NOT_ADMITTED,
-    SHARED,
-    SHORT,
-    STATE_NAMES,
-    UNREACHABLE,
-    WAS_PREEMPTED,
-    IntentTable,
-    UnitPlan,
-    cpu_pressure,
-    offered_load,
-)
+from services.core.deadline import offered_load
+from services.core.formulas import LATENCY_CEILING_MS, cpu_pressure
 from services.core.memo import Column, LastDecisions, LastReasons, TickMemo, changed_from
 from services.core.model import (
     DEGRADATION_ORDER,
@@ -51,6 +30,26 @@ from services.core.model import (
     PlanInput,
     PlanResult,
 )
+from services.core.outcome import (
+    ADMITTED,
+    BATCH_ADMITTED,
+    FIXED,
+    HELD_DEGRADED,
+    IDLE_TIME,
+    MET,
+    MET_DEGRADED,
+    MET_WITH_LEFTOVER,
+    NOT_ADMITTED,
+    POLICY_UNITS,
+    REASON_CODES,
+    SHARED,
+    SHORT,
+    STATE_NAMES,
+    UNREACHABLE,
+    WAS_PREEMPTED,
+    UnitPlan,
+)
+from services.core.table import IntentTable
 from services.core.waterfill import select_increments
 
 _LEVEL_NAMES = np.array(DEGRADATION_ORDER, dtype=object)  # index -> name, one gather per tick
@@ -208,7 +207,7 @@ def gpu_shares(
 # constant ("policy", "light")
 _TEMPLATES = {
     MET: ("deadline phase: %d units meet %g ms (pred p99 %.1f ms)", ("need", "deadline", "p99")),
-    -2: ("deadline phase: %d units meet %g ms (pred p99 %.1f ms); +%d of the leftover units",
+    MET_WITH_LEFTOVER: ("deadline phase: %d units meet %g ms (pred p99 %.1f ms); +%d of the leftover units",
          ("need", "deadline", "p99", "leftover")),
     MET_DEGRADED: ("degraded to %s: %g ms unreachable at %d units at NORMAL; "
                    "%d units meet it at %s (pred p99 %.1f ms)",
@@ -225,10 +224,9 @@ _TEMPLATES = {
     IDLE_TIME: ("%s: idle-time batch, holds no units", ("policy",)),
     SHARED: ("light: offered load %.3g cores <= %g; runs %d on shared cores, holds no units "
              "(pred p99 %.1f ms for %g ms)", ("load", "light", "units", "p99", "deadline")),
-    -1: ("%s: %d units (pred p99 %.1f ms for %g ms)", ("policy", "units", "p99", "deadline")),
+    POLICY_UNITS: ("%s: %d units (pred p99 %.1f ms for %g ms)", ("policy", "units", "p99", "deadline")),
     BATCH_ADMITTED: ("%s: %d units (next-unit nmu %.3g)", ("policy", "units", "nmu")),
 }  # fmt: skip
-_REASON_CODES = range(-2, 11)  # every code a reason can have: -2, -1 and the outcome codes
 # an unbounded p99 as the templates (%.1f) write it, and as every view writes it
 _UNBOUNDED_P99 = (
     f"pred p99 {LATENCY_CEILING_MS:.1f} ms",
@@ -258,8 +256,8 @@ def reasons(
     outcome = np.where(lost > 0, WAS_PREEMPTED, plan.outcome)
     outcome[(outcome == BATCH_ADMITTED) & (units == 0)] = NOT_ADMITTED
     outcome[(outcome == IDLE_TIME) & (units > 0)] = BATCH_ADMITTED
-    outcome[(outcome == BATCH_ADMITTED) & table.has_deadline] = -1
-    outcome[(outcome == MET) & (units > need)] = -2
+    outcome[(outcome == BATCH_ADMITTED) & table.has_deadline] = POLICY_UNITS
+    outcome[(outcome == MET) & (units > need)] = MET_WITH_LEFTOVER
     # every column a template may read: what a row's text depends on, with its code
     columns = {
         "code": outcome, "units": units, "need": need, "leftover": units - need,
@@ -278,11 +276,11 @@ def reasons(
         # preempted rows name their preemptor (a spec name): always formatted again
         rows = (changed | (outcome == WAS_PREEMPTED)).nonzero()[0]
     if rows.size:  # none in a tick where every text is kept
-        shifted = outcome[rows] - _REASON_CODES.start
-        counts = np.bincount(shifted, minlength=len(_REASON_CODES)).tolist()
+        shifted = outcome[rows] - REASON_CODES.start
+        counts = np.bincount(shifted, minlength=len(REASON_CODES)).tolist()
         by_code = rows[np.argsort(shifted, kind="stable")]  # each group's rows in ascending order
         at = 0
-        for code, count in zip(_REASON_CODES, counts, strict=True):
+        for code, count in zip(REASON_CODES, counts, strict=True):
             if not count:
                 continue
             idx = by_code[at : at + count]
@@ -315,54 +313,14 @@ def reasons(
     return texts.tolist()
 
 
-_DECISION_FIELDS = tuple(f.name for f in dataclasses.fields(Decision))
-
-
-class _DecisionDraft:
-    """Decision's slot layout without the frozen guard: a plain positional __init__ fills the
-    slots at C speed, then ``__class__`` is switched to Decision (allowed between classes with
-    the same slots). About 2x faster than filling Decision's slots through their descriptors,
-    which is most of a 10,000-intent tick. Used only when the layouts provably agree."""
-
-    __slots__ = tuple(getattr(Decision, "__slots__", ()))
-
-
-_init_ns: dict[str, Any] = {}
-exec(  # noqa: S102 - a positional __init__ over Decision's own field names
-    "def __init__(self, "
-    + ", ".join(_DECISION_FIELDS)
-    + "):\n"
-    + "".join(f"    self.{name} = {name}\n" for name in _DECISION_FIELDS),
-    _init_ns,
-)
-_DecisionDraft.__init__ = _init_ns["__init__"]  # type: ignore[method-assign]
-
-
-def _draft_build_works() -> bool:
-    if hasattr(Decision, "__post_init__") or set(_DecisionDraft.__slots__) != set(_DECISION_FIELDS):
-        return False
-    try:
-        probe = Decision("probe", 3, reason="r", cpu_set=(1,), level_since_tick=2)
-        draft = _DecisionDraft(*(getattr(probe, name) for name in _DECISION_FIELDS))
-        draft.__class__ = Decision  # type: ignore[assignment]
-    except TypeError:
-        return False
-    return draft == probe and repr(draft) == repr(probe)
-
-
-_FAST_BUILD = _draft_build_works()
+_DECISION_FIELDS = Decision.__struct_fields__
 
 
 def build_decisions(n: int, **columns: Column) -> tuple[Decision, ...]:
     """n Decisions from one column (list or array) per field (every field given)."""
     if set(columns) != set(_DECISION_FIELDS):
         raise TypeError(f"build_decisions needs exactly the fields {_DECISION_FIELDS}")
-    cols = [_as_list(columns[name]) for name in _DECISION_FIELDS]
-    if not _FAST_BUILD:
-        return tuple(map(Decision, *cols))
-    objs = tuple(map(_DecisionDraft, *cols))
-    deque(map(setattr, objs, repeat("__class__"), repeat(Decision)), maxlen=0)
-    return objs  # type: ignore[return-value]
+    return tuple(map(Decision, *(_as_list(columns[name]) for name in _DECISION_FIELDS)))
 
 
 def _as_list(column: Column) -> Sequence[Any]:
