@@ -9,7 +9,8 @@
 # Never the host's engine: its own socket, exec-root and pidfile under RUN_DIR, so another
 # `make test` on the same machine runs its own. The data-root is cached under $CACHE
 # (/var/tmp/parfusion-engine) for the run that holds $CACHE/engine.lock (its dockerd holds the
-# lock while it lives); a run that finds it taken uses a throw-away data-root under RUN_DIR.
+# lock while it lives); a run that finds it taken waits for it up to 4 minutes, then uses a
+# throw-away data-root under RUN_DIR.
 # Host networking is left alone: no iptables rules, no ip_forward, no default bridge
 # (--iptables=false --ip-forward=false --bridge=none). Published ports go through docker-proxy on
 # 127.0.0.1, containers reach each other on the compose network, and only the image build needs
@@ -59,10 +60,11 @@ start_dockerd() {
   host_net_state >"$RUN/host-net.before"
   local data
   exec 9>"$CACHE/engine.lock"
-  if flock -n 9; then
+  # a warm run takes about a minute, a cold build several: worth waiting for the cache a while
+  if flock -w "${PARFUSION_ENGINE_WAIT_S:-240}" 9; then
     data=$CACHE/data
   else
-    log "the cached engine is in use by another run: using a throw-away data-root"
+    log "the cached engine stayed in use by another run: using a throw-away data-root"
     data=$RUN/data
     exec 9>&-
   fi

@@ -55,6 +55,7 @@ class Engine:
 def engine() -> Iterator[Engine]:
     # a short path: the engine's unix sockets live under it
     run_dir = Path(tempfile.mkdtemp(prefix="pfce-", dir="/tmp"))
+    began = time.monotonic()
     started = subprocess.run(
         ["bash", str(ENGINE_SCRIPT), "start", str(run_dir)],
         env={**os.environ, "PYTHON": sys.executable},
@@ -66,6 +67,7 @@ def engine() -> Iterator[Engine]:
         if started.returncode == 3:
             pytest.skip(started.stderr.strip().splitlines()[-1])
         assert started.returncode == 0, started.stderr
+        print(f"\ncompose engine: ready in {time.monotonic() - began:.1f} s")
         lines = (run_dir / "env").read_text().splitlines()
         values = dict(shlex.split(line)[0].split("=", 1) for line in lines if line)
         env = {
