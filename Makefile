@@ -47,6 +47,7 @@ proto-check: install
 lint: install
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy parfusion/cli.py services experiments
 
 clean:

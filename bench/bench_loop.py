@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from parfusion.v1 import intent_pb2  # noqa: E402
 from services.allocator.loop import ControlLoop, LoopConfig  # noqa: E402
 from services.allocator.store import IntentStore  # noqa: E402
-from services.allocator.validation import normalize_intent  # noqa: E402
+from services.core.validation import normalize_intent  # noqa: E402
 
 CLASSES = (
     (intent_pb2.WORKLOAD_CLASS_ONLINE,) * 8

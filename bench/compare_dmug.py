@@ -29,15 +29,22 @@ THIS = HERE.parents[1]
 
 def measure(checkout: str, n: int, ticks: int) -> dict[str, tuple[float, float]]:
     """In a child process: median and best allocate() ms per (case, tick) for `checkout`'s code."""
+    import gc
     import random
     import time
 
     # the measured checkout's bench_dmug.py puts that checkout first on sys.path as it imports
     sys.path.insert(0, str(Path(checkout) / "bench"))
+    import importlib
+
     from bench_dmug import Ticks, make_intents, make_node
 
-    from services.allocator.model import PlanInput
-    from services.allocator.policies.registry import get_policy
+    # the core's package: services/core since the core became a package, services/allocator before
+    core = (
+        "services.core" if (Path(checkout) / "services" / "core").is_dir() else "services.allocator"
+    )
+    PlanInput = importlib.import_module(f"{core}.model").PlanInput
+    get_policy = importlib.import_module(f"{core}.policies.registry").get_policy
 
     assert Path(sys.modules["services"].__file__ or "").is_relative_to(checkout), checkout
 
@@ -50,14 +57,19 @@ def measure(checkout: str, n: int, ticks: int) -> dict[str, tuple[float, float]]
             loop = Ticks(get_policy("parfusion"), first)
             times = []
             for _ in range(ticks + 2):  # the first two warm up
+                # timed with the cyclic collector paused, as the allocator's loop runs a tick
+                # (older checkouts pause it inside allocate(): then the two pauses nest)
                 if tick == "cold":
+                    gc.disable()
                     t0 = time.perf_counter()
                     get_policy("parfusion").allocate(first)
                 else:
                     loop.prepare()
+                    gc.disable()
                     t0 = time.perf_counter()
                     loop.run()
                 times.append(time.perf_counter() - t0)
+                gc.enable()
             times = times[2:]
             out[f"{n} {case} {tick}"] = (statistics.median(times) * 1e3, min(times) * 1e3)
     return out
@@ -79,8 +91,10 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(measure(checkout, int(n), int(ticks))))
         return 0
     other = str(Path(ns.other).resolve())
-    if not (Path(other) / "services" / "allocator" / "dmug.py").is_file():
-        ap.error(f"{other} does not hold a PARFusion checkout (no services/allocator/dmug.py)")
+    if not any(
+        (Path(other) / "services" / pkg / "dmug.py").is_file() for pkg in ("core", "allocator")
+    ):
+        ap.error(f"{other} does not hold a PARFusion checkout (no services/core/dmug.py)")
     sizes = [int(x) for x in ns.sizes.split(",")]
     runs: dict[str, dict[str, list[tuple[float, float]]]] = defaultdict(lambda: defaultdict(list))
     for r in range(ns.rounds):

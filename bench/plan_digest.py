@@ -26,14 +26,14 @@ sys.path.insert(1, str(Path(__file__).resolve().parent))
 
 from bench_dmug import make_intents  # noqa: E402
 
-from services.allocator.model import (  # noqa: E402
+from services.core.model import (  # noqa: E402
     DmugConfig,
     LaneCapacity,
     NodeState,
     PlanInput,
     ServiceStats,
 )
-from services.allocator.policies.registry import POLICIES  # noqa: E402
+from services.core.policies.registry import POLICIES  # noqa: E402
 
 LANES = (
     LaneCapacity("infer", (0, 1), 200),

@@ -15,9 +15,9 @@ from typing import Any
 
 import numpy as np
 
-from experiments.model.node import IntentRun
-from experiments.model.stats import percentiles
 from experiments.runner import PolicyRun
+from services.sim.node import IntentRun
+from services.sim.stats import percentiles
 
 LEVEL_RANK = {"NORMAL": 0, "FP16": 1, "INT8": 2}
 

@@ -1,7 +1,7 @@
 """The headless experiments' workload: intents, the urgent robot event and disturbances.
 
 Read from configs/model.yaml's ``scenario`` section. Intents are intent documents validated
-exactly as SubmitIntent validates them (services.allocator.validation), and disturbances are
+exactly as SubmitIntent validates them (services.core.validation), and disturbances are
 ``parfusion.v1.Disturbance`` messages handed to the node's InjectDisturbance path, so the
 experiments feed the system through the same doors a user does. Event times are fractions of
 the run, so ``--seconds N`` keeps the scenario's shape; each fires half a tick after its
@@ -15,10 +15,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from experiments.model.params import ModelParams
 from parfusion.v1 import intent_pb2, telemetry_pb2
-from services.allocator import convert, validation
 from services.common.config import ConfigError
+from services.core import convert, validation
+from services.sim.params import ModelParams
 
 
 @dataclass(frozen=True)

@@ -24,9 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from experiments.metrics import summarize
-from experiments.model.params import default_model_path, load_model_params
 from experiments.runner import run_policy
 from experiments.scenario import load_scenario
+from services.sim.params import default_model_path, load_model_params
 
 MODELED_STATEMENT = (
     "All latencies, throughputs and response times in this report are modeled, not measured: "
@@ -172,7 +172,7 @@ def default_results_dir() -> Path:
 
 
 def policies_known(names: Sequence[str]) -> None:
-    from services.allocator.policies.registry import get_policy
+    from services.core.policies.registry import get_policy
 
     for name in names:
         get_policy(name)  # InvalidArgument naming the unknown policy

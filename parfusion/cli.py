@@ -16,10 +16,10 @@ COMMAND_MODULES = (
     "parfusion.commands",
     "services.allocator.commands",
     "services.bridge.commands",
-    "services.nodeagent.commands",
-    "services.gpulane.commands",
     "services.extender.commands",
     "experiments.commands",
+    "experiments.cpu_corun.commands",
+    "experiments.gpu_corun.commands",
 )
 
 Configure = Callable[[argparse.ArgumentParser], None]

@@ -537,7 +537,7 @@ def example_resource_intents() -> list[dict[str, Any]]:
     """The demo intents (configs/intents/) as ResourceIntent objects, in the proto JSON form."""
     from google.protobuf import json_format
 
-    from services.allocator.convert import intents_in_file
+    from services.core.convert import intents_in_file
 
     out = []
     for path in sorted((ROOT / "configs" / "intents").glob("*.yaml")):

@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 
 from parfusion.v1 import intent_pb2
-from services.allocator.model import IntentSpec
+from services.core.model import IntentSpec
 from services.nodeagent.pools import Completion
 from services.nodeagent.real import RealBackend
 

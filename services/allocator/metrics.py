@@ -14,7 +14,7 @@ from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram
 
-from services.allocator import model
+from services.core import model
 
 DECISION_SECONDS = Histogram(
     "parfusion_dmug_decision_duration_seconds",

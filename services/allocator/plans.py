@@ -22,26 +22,9 @@ from collections.abc import Mapping, Sequence
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from parfusion.v1 import intent_pb2
-from services.allocator import model
-from services.allocator.convert import DEGRADATION_TO_PROTO, STATE_TO_PROTO
-
-
-def format_cpuset(cpus: Sequence[int]) -> str:
-    """(0, 1, 2, 3, 6) -> "0-3,6", the cgroup v2 cpuset.cpus syntax."""
-    ids = sorted(set(cpus))
-    parts: list[str] = []
-    start = prev = None
-    for cpu in ids:
-        if start is None:
-            start = prev = cpu
-        elif prev is not None and cpu == prev + 1:
-            prev = cpu
-        else:
-            parts.append(f"{start}" if start == prev else f"{start}-{prev}")
-            start = prev = cpu
-    if start is not None:
-        parts.append(f"{start}" if start == prev else f"{start}-{prev}")
-    return ",".join(parts)
+from services.core import model
+from services.core.convert import DEGRADATION_TO_PROTO, STATE_TO_PROTO
+from services.core.cpuset import format_cpuset
 
 
 def cgroup_path(intent_id: str) -> str:

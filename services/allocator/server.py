@@ -16,11 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from parfusion.v1 import allocator_pb2, allocator_pb2_grpc
-from services.allocator import convert, model
 from services.allocator.loop import ControlLoop, LoopConfig
-from services.allocator.policies.registry import list_policies
 from services.allocator.store import IntentStore
-from services.allocator.validation import normalize_intent
 from services.allocator.watch import END, PlanSnapshot
 from services.common.config import ServiceSettings, parse_service_args, resolve_path
 from services.common.errors import InvalidArgument
@@ -31,6 +28,9 @@ from services.common.grpc_server import (
     wait_for_shutdown_signal,
 )
 from services.common.logs import configure_logging
+from services.core import convert, model
+from services.core.policies.registry import list_policies
+from services.core.validation import normalize_intent
 
 log = logging.getLogger(__name__)
 

@@ -6,13 +6,13 @@ module can back a gRPC servicer, an HTTP handler and a test without change.
 
 from __future__ import annotations
 
-import grpc
-
 
 class DomainError(Exception):
     """Base class: an expected error with a precise status."""
 
-    code: grpc.StatusCode = grpc.StatusCode.INTERNAL
+    # The gRPC status code by name (grpc.StatusCode[code]): the domain errors import no gRPC, so
+    # the pure core can raise them.
+    code: str = "INTERNAL"
     http_status: int = 500
 
     def __init__(self, message: str, *, field: str | None = None) -> None:
@@ -25,35 +25,35 @@ class DomainError(Exception):
 
 
 class InvalidArgument(DomainError):
-    code = grpc.StatusCode.INVALID_ARGUMENT
+    code = "INVALID_ARGUMENT"
     http_status = 422
 
 
 class NotFound(DomainError):
-    code = grpc.StatusCode.NOT_FOUND
+    code = "NOT_FOUND"
     http_status = 404
 
 
 class AlreadyExists(DomainError):
-    code = grpc.StatusCode.ALREADY_EXISTS
+    code = "ALREADY_EXISTS"
     http_status = 409
 
 
 class FailedPrecondition(DomainError):
-    code = grpc.StatusCode.FAILED_PRECONDITION
+    code = "FAILED_PRECONDITION"
     http_status = 409
 
 
 class PermissionDenied(DomainError):
-    code = grpc.StatusCode.PERMISSION_DENIED
+    code = "PERMISSION_DENIED"
     http_status = 403
 
 
 class Unauthenticated(DomainError):
-    code = grpc.StatusCode.UNAUTHENTICATED
+    code = "UNAUTHENTICATED"
     http_status = 401
 
 
 class Unavailable(DomainError):
-    code = grpc.StatusCode.UNAVAILABLE
+    code = "UNAVAILABLE"
     http_status = 503

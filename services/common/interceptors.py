@@ -131,8 +131,8 @@ class _Outcome:
             self.code = exc.code.name
             await context.abort(exc.code, exc.details)
         if isinstance(exc, DomainError):
-            self.code = exc.code.name
-            await context.abort(exc.code, exc.message)
+            self.code = exc.code
+            await context.abort(grpc.StatusCode[exc.code], exc.message)
         self.code = "INTERNAL"
         log.exception("unhandled error", extra={"method": self.method}, exc_info=exc)
         await context.abort(

@@ -23,7 +23,6 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from services.allocator.model import DmugConfig
 from services.common.config import ServiceSettings, parse_service_args
 from services.common.http import (
     HttpError,
@@ -35,6 +34,7 @@ from services.common.http import (
     serve_http,
 )
 from services.common.logs import configure_logging
+from services.core.model import DmugConfig
 
 from . import protocol
 from .kubeapi import connect

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from services.allocator.placement import NodeView
+from services.core.placement import NodeView
 
 if TYPE_CHECKING:
     from .nodeview import NodeRecord

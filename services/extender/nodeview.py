@@ -23,8 +23,8 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from services.allocator.model import DmugConfig, IntentSpec, LaneCapacity, NodeState
-from services.allocator.placement import NodeView, view_of
+from services.core.model import DmugConfig, IntentSpec, LaneCapacity, NodeState
+from services.core.placement import NodeView, view_of
 
 from .columns import NodeColumns
 from .protocol import NodeHead

@@ -12,7 +12,7 @@ Two ways for a pod to carry an intent (docs/kubernetes.md lists them):
   ``parfusion.io/preemptible`` (true|false).
 
 The annotation wins when both are present. A pod with neither has no intent and the extender
-passes it through. Validation is the allocator's own (services/allocator/validation.py), so a pod
+passes it through. Validation is the allocator's own (services/core/validation.py), so a pod
 intent the extender accepts is one SubmitIntent would accept. kube-scheduler sends the same pod
 to /filter, /prioritize and /bind in turn, and replicas carry the same annotation, so validation
 results are cached on the raw strings and only the id (the pod UID) and name are per pod.
@@ -26,10 +26,10 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any
 
-from services.allocator.convert import intent_from_document, intent_to_spec
-from services.allocator.model import IntentSpec
-from services.allocator.validation import normalize_intent
 from services.common.errors import InvalidArgument
+from services.core.convert import intent_from_document, intent_to_spec
+from services.core.model import IntentSpec
+from services.core.validation import normalize_intent
 
 from .protocol import Pod
 

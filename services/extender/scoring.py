@@ -3,7 +3,7 @@
 Two layers. First the predicates only the extender can check: the node is in the view, it has
 CPU units at all, and the GPU lane the intent asks for has its share free (kube-scheduler knows
 nothing of lanes or shares). Then the allocator's placement core
-(services/allocator/placement.py, D-MUG's own formulas evaluated across all candidates at once)
+(services/core/placement.py, D-MUG's own formulas evaluated across all candidates at once)
 says whether the intent fits next to the node's resident intents: free units after what the
 residents are committed to, the fewest units that meet the deadline (walking the degradation
 ladder for ONLINE), the predicted deadline risk against the threshold; and its 0..10 score is
@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from services.allocator import placement
-from services.allocator.model import DmugConfig, IntentSpec
+from services.core import placement
+from services.core.model import DmugConfig, IntentSpec
 
 from .columns import NodeColumns
 from .nodeview import SHARE_UNITS_PER_GPU

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 import grpc
 
 from parfusion.v1 import allocator_pb2, allocator_pb2_grpc, gpulane_pb2, gpulane_pb2_grpc
-from services.allocator.convert import intent_to_spec, lanes_from_telemetry
 from services.common.clients import channel
+from services.core.convert import intent_to_spec, lanes_from_telemetry
 
 from .nodeview import ClusterView, NodeTelemetry
 

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from services.allocator.model import IntentSpec
+from services.core.model import IntentSpec
 
 from . import protocol
 from .kubeapi import KubeApi, api_error_message

@@ -14,10 +14,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from experiments.model.params import ModelParams, load_model_params
 from services.gpulane.backend import LaneLoad
 from services.gpulane.lanes import LaneView
 from services.gpulane.nvml import NvmlSnapshot
+from services.sim.params import ModelParams, load_model_params
 
 
 class ModeledLaneLoad:

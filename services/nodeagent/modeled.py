@@ -2,7 +2,7 @@
 
 It starts no process and burns no CPU. A NodePlan's allocations (workers, degradation, cpu set,
 nice, scheduling policy, GPU lane / share / stream priority, and the workload shape each
-allocation carries) drive experiments.model.ModeledNode, which simulates Poisson and periodic
+allocation carries) drive services.sim.ModeledNode, which simulates Poisson and periodic
 requests, batch backlogs and disturbances; telemetry is the NodeTelemetry the real backend
 reports (per-intent p50/p95/p99, recent service times drained once, pools, per-core load, CPU
 pressure in PSI percent), labelled ``backend: modeled``, so the allocator plans on it exactly as
@@ -18,14 +18,14 @@ import threading
 import time
 from collections.abc import Callable
 
-from experiments.model.disturbance import disturbance_from_proto, disturbance_to_proto
-from experiments.model.node import ModeledNode
-from experiments.model.params import ModelParams, load_model_params
-from experiments.model.workload import Assignment, WorkloadProfile, default_arrivals
 from parfusion.v1 import intent_pb2, nodeagent_pb2, telemetry_pb2
-from services.allocator.convert import CLASS_TO_MODEL, DEGRADATION_TO_MODEL
 from services.common.errors import FailedPrecondition, InvalidArgument
+from services.core.convert import CLASS_TO_MODEL, DEGRADATION_TO_MODEL
 from services.nodeagent.backend import BackendOptions
+from services.sim.disturbance import disturbance_from_proto, disturbance_to_proto
+from services.sim.node import ModeledNode
+from services.sim.params import ModelParams, load_model_params
+from services.sim.workload import Assignment, WorkloadProfile, default_arrivals
 
 log = logging.getLogger(__name__)
 

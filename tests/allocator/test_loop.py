@@ -17,13 +17,13 @@ import pytest
 from prometheus_client import REGISTRY
 
 from parfusion.v1 import nodeagent_pb2_grpc, telemetry_pb2
-from services.allocator import model
 from services.allocator.loop import ControlLoop, LoopConfig
 from services.allocator.store import IntentStore
-from services.allocator.validation import normalize_intent
 from services.allocator.watch import END
 from services.common.errors import InvalidArgument
 from services.common.grpc_server import start_grpc_server
+from services.core import model
+from services.core.validation import normalize_intent
 from tests.allocator.conftest import NODEAGENT, PeerAgent, Peers, batch_intent, online_intent
 
 
@@ -275,7 +275,7 @@ def test_predictor_samples_normalised_by_level_and_pressure(store: IntentStore) 
 
 def test_ticks_on_an_unchanged_store_reuse_the_policys_memo(store: IntentStore) -> None:
     """The loop hands its policy the same spec objects and last tick's Decisions while the store
-    is unchanged, so the memo (services/allocator/memo.py) reads the specs once and keeps the
+    is unchanged, so the memo (services/core/memo.py) reads the specs once and keeps the
     Decisions that did not change; after a submit only the new spec is read and the other
     intents' unchanged Decisions are kept."""
     submit(store, online_intent(), batch_intent())

@@ -12,10 +12,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client import REGISTRY
 
-from services.allocator import convert, plans
+from services.allocator import plans
 from services.allocator.loop import ControlLoop, LoopConfig
 from services.allocator.store import IntentStore
-from services.allocator.validation import normalize_intent
+from services.core import convert
+from services.core.validation import normalize_intent
 from tests.allocator.conftest import batch_intent, online_intent
 
 STEPS = st.lists(

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from prometheus_client import REGISTRY
 
-from services.allocator import model
 from services.allocator.metrics import UNITS, DecisionMetrics
+from services.core import model
 
 
 def _units(name: str, intent_id: str) -> float | None:

@@ -13,8 +13,8 @@ import pytest
 
 from parfusion.v1 import intent_pb2
 from services.allocator.store import IntentStore, _Op
-from services.allocator.validation import normalize_intent
 from services.common.errors import AlreadyExists, FailedPrecondition, NotFound
+from services.core.validation import normalize_intent
 
 
 def intent(name: str, intent_id: str = "", deadline: float = 50.0) -> intent_pb2.ResourceIntent:

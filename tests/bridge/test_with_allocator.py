@@ -11,11 +11,11 @@ from starlette.testclient import TestClient
 
 from parfusion.v1 import allocator_pb2, allocator_pb2_grpc, intent_pb2
 from services.allocator import server
-from services.allocator.convert import intents_in_file
 from services.bridge.app import create_app
 from services.bridge.controller import DELETE_RETRY_S
 from services.common.clients import channel
 from services.common.config import build_settings
+from services.core.convert import intents_in_file
 from tests.bridge.conftest import Clock
 from tests.conftest import ROOT, free_port
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from services.allocator.formulas import predicted_latency_ms
 from services.common.latency import UNBOUNDED_MS, format_ms, is_unbounded
+from services.core.formulas import predicted_latency_ms
 
 
 def test_the_allocator_predicts_the_sentinel_for_a_queue_that_does_not_drain() -> None:

@@ -106,7 +106,7 @@ class Stack:
     engine: Engine
     clone: Path
     project: str
-    ports: dict[str, int]  # PARFUSION_PUBLISH_* -> host port
+    ports: dict[str, int]  # PARFUSION_<SERVICE>_PORT / _METRICS_PORT -> host port
 
     def compose(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
         argv = [*self.engine.compose, "-p", self.project, "-f", "compose.yaml"]

@@ -13,7 +13,7 @@ from google.protobuf import json_format
 from parfusion import deploy
 from parfusion.services import BY_NAME, SERVICES
 from parfusion.v1 import intent_pb2
-from services.allocator.convert import intents_in_file
+from services.core.convert import intents_in_file
 from tests.conftest import ROOT
 
 CLUSTER_SCOPED = {"Namespace", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding"}

@@ -9,12 +9,12 @@ import pytest
 
 from experiments import ablation, compare, dynamic
 from experiments.metrics import summarize
-from experiments.model.params import load_model_params
 from experiments.runner import run_policy
 from experiments.scenario import load_scenario
 from experiments.suite import ExperimentSpec, comparable, run_experiment
 from parfusion import cli
-from services.allocator.policies.registry import list_policies
+from services.core.policies.registry import list_policies
+from services.sim.params import load_model_params
 
 ROOT = Path(__file__).resolve().parents[2]
 MODEL = ROOT / "configs" / "model.yaml"

@@ -6,8 +6,8 @@ from dataclasses import replace
 
 import msgspec
 
-from services.allocator import placement
-from services.allocator.model import DmugConfig, IntentSpec
+from services.core import placement
+from services.core.model import DmugConfig, IntentSpec
 from services.extender import samples
 from services.extender.nodeview import ClusterView
 from services.extender.protocol import NodeHead

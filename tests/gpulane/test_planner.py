@@ -80,11 +80,11 @@ def test_share_units_pack_onto_the_fewest_emptiest_gpus() -> None:
 
 def test_real_policies_end_to_end() -> None:
     """Every registered policy's own decisions, converted by the allocator, placed here."""
-    registry = pytest.importorskip("services.allocator.policies.registry")
+    registry = pytest.importorskip("services.core.policies.registry")
     from google.protobuf.timestamp_pb2 import Timestamp
 
-    from services.allocator import model
     from services.allocator.plans import gpu_plan
+    from services.core import model
 
     lanes, names = _node(4)  # GPUs 0-3: online whole, batch half, robot/urgent absent
     capacity = tuple(
@@ -201,5 +201,5 @@ def test_share_above_the_lane_is_capped_per_gpu() -> None:
     plan.assignments[1].share_percent = 500.0
     train = {p.intent_id: p for p in place(plan, lanes, RANGE, names)}["train"]
     assert train.gpu_indexes == (2, 3, 4, 5)
-    assert train.share_percent == 100.0 and train.mig_profile == ""
+    assert train.share_percent == 100.0 and train.mig_profile == "7g.141gb"
     assert "capped at 100% per GPU" in train.reason

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from experiments.model.params import load_model_params
 from parfusion.v1 import (
     allocator_pb2,
     allocator_pb2_grpc,
@@ -24,6 +23,7 @@ from services.common.errors import FailedPrecondition, InvalidArgument
 from services.nodeagent.backend import BACKENDS, BackendOptions
 from services.nodeagent.modeled import ModeledBackend
 from services.nodeagent.server import start_nodeagent
+from services.sim.params import load_model_params
 from tests.conftest import free_port
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -29,7 +29,7 @@ def test_compose_services_commands_ports_match_launcher_table() -> None:
         assert svc["command"] == ["python", "-m", f"services.{spec.name}", "--host", "0.0.0.0"]
         published = {int(p.rsplit(":", 1)[1]) for p in svc["ports"]}
         assert published == set(spec.ports)
-        # the host side defaults to the same port: ${PARFUSION_PUBLISH_<SERVICE>...:-<port>}
+        # the host side defaults to the same port: ${PARFUSION_<SERVICE>_PORT:-<port>}
         defaults = {int(re.search(r":-(\d+)\}", p).group(1)) for p in svc["ports"]}
         assert defaults == set(spec.ports)
         assert all(p.startswith("127.0.0.1:") for p in svc["ports"]), "publish on loopback only"

@@ -1,0 +1,165 @@
+"""What a policy keeps from one tick to the next so that unchanged intents cost almost nothing.
+
+The loop hands a policy the same frozen IntentSpec objects while the store is unchanged, and
+last tick's Decisions as ``previous``; TickMemo keeps the columns read from them (columns.py)
+and the Decisions and reason texts built last tick, reused row by row where the inputs are
+equal bit for bit (rows matched by intent id). A hit gives the same result as a miss. The memo
+lives on the policy instance, never in a module global.
+"""
+
+from __future__ import annotations
+
+import itertools
+import operator
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from services.core.columns import (
+    BaseColumns,
+    LastService,
+    SpecColumns,
+    read_spec_columns,
+)
+from services.core.model import Decision, IntentSpec
+
+Column = np.ndarray | Sequence[Any]
+
+
+@dataclass(frozen=True)
+class LastDecisions:
+    """The Decisions one tick built and the field columns they were built from."""
+
+    decisions: tuple[Decision, ...]
+    columns: Mapping[str, Column]  # one per Decision field
+    level: np.ndarray  # degradation level index per row
+
+    @property
+    def ids(self) -> Sequence[str]:
+        """The intent id of each row (the table's ids tuple)."""
+        ids: Sequence[str] = self.columns["intent_id"]  # type: ignore[assignment]
+        return ids
+
+    def tick_columns(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """units, since_tick, level_since_tick and level index of these Decisions, as int64."""
+        names = ("units", "since_tick", "level_since_tick")
+        cols = [np.asarray(self.columns[name], dtype=np.int64).view() for name in names]
+        cols.append(np.asarray(self.level, dtype=np.int64).view())
+        for col in cols:
+            col.flags.writeable = False  # views of what last tick's Decisions were built from
+        return cols[0], cols[1], cols[2], cols[3]
+
+    def built(self, previous: Sequence[Decision]) -> bool:
+        """Whether `previous` (one per row) is exactly this tick's Decision objects."""
+        own = self.decisions
+        return len(previous) == len(own) and all(map(operator.is_, previous, own))
+
+
+def changed_rows(n: int, new: Mapping[str, Column], old: Mapping[str, Column]) -> np.ndarray:
+    """Rows where some field differs. Arrays of the same dtype compare element for element (floats
+    by their bits, so -0.0 and 0.0 differ and NaN equals itself); lists and tuples by ``!=``, exact
+    for the str / tuple-of-int / int values Decisions hold; anything else counts as changed."""
+    changed = np.zeros(n, dtype=bool)
+    for name, column in new.items():
+        before = old.get(name)
+        if column is before:
+            continue  # the very same column object (the ids while the specs are the same)
+        if isinstance(column, np.ndarray) and isinstance(before, np.ndarray):
+            if column.dtype != before.dtype or column.shape != before.shape:
+                return np.ones(n, dtype=bool)
+            if column.dtype.kind == "f":
+                column, before = column.view(np.int64), before.view(np.int64)
+            changed |= column != before
+        elif (
+            isinstance(column, list | tuple)
+            and isinstance(before, list | tuple)
+            and len(before) == n
+        ):
+            if column != before:  # one C-level pass first; row by row only when some differ
+                changed |= np.fromiter(map(operator.ne, column, before), bool, n)
+        else:
+            return np.ones(n, dtype=bool)
+    return changed
+
+
+def row_map(old_ids: Sequence[str], new_ids: Sequence[str]) -> np.ndarray | None:
+    """Per new row, the old row of the same intent id (-1: a new intent); None when the ids are
+    the same sequence (rows align as they are)."""
+    if old_ids is new_ids or old_ids == new_ids:
+        return None
+    at = {intent_id: i for i, intent_id in enumerate(old_ids)}
+    return np.fromiter(map(at.get, new_ids, itertools.repeat(-1)), np.int64, len(new_ids))
+
+
+def aligned(old: Mapping[str, Column], src: np.ndarray | None) -> Mapping[str, Column]:
+    """Old columns gathered to the new rows (`src` from row_map; a -1 row gets some old row's
+    value, which ``changed_from`` marks changed anyway)."""
+    if src is None:
+        return old
+    at = np.maximum(src, 0)
+    rows = at.tolist()
+    return {
+        name: column[at] if isinstance(column, np.ndarray) else [column[j] for j in rows]
+        for name, column in old.items()
+    }
+
+
+def changed_from(
+    n: int,
+    new: Mapping[str, Column],
+    old: Mapping[str, Column],
+    old_ids: Sequence[str],
+    new_ids: Sequence[str],
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """``changed_rows`` against last tick's columns matched by intent id (intents added,
+    dropped or moved since), and the row map used (None: rows aligned as they are)."""
+    if not old_ids:
+        return np.ones(n, dtype=bool), None
+    src = row_map(old_ids, new_ids)
+    changed = changed_rows(n, new, aligned(old, src))
+    if src is not None:
+        changed |= src < 0
+    return changed, src
+
+
+@dataclass(frozen=True)
+class LastReasons:
+    """The reason texts one tick formatted and the columns they were formatted from."""
+
+    inputs: Mapping[str, Column]  # every column a reason template reads, one value per row
+    texts: np.ndarray  # object array of str, read-only
+    constants: Mapping[str, Any]  # what every row's text reads besides its columns (policy, ...)
+    ids: Sequence[str]  # the intent id of each row
+
+    def kept(
+        self, ids: Sequence[str], inputs: Mapping[str, Column], constants: Mapping[str, Any]
+    ) -> tuple[np.ndarray, np.ndarray] | None:
+        """(this tick's rows whose text must be formatted again: a new intent or some input
+        differs, bit for bit; last tick's texts moved to this tick's rows), or None when no
+        text can be kept (other constants)."""
+        if constants != self.constants or not self.ids:
+            return None
+        changed, src = changed_from(len(ids), inputs, self.inputs, self.ids, ids)
+        texts = self.texts.copy() if src is None else self.texts[np.maximum(src, 0)]
+        return changed, texts
+
+
+@dataclass
+class TickMemo:
+    """One policy instance's memory of its last tick (see the module docstring)."""
+
+    spec_columns: SpecColumns | None = None
+    last: LastDecisions | None = field(default=None, repr=False)
+    reasons: LastReasons | None = field(default=None, repr=False)
+    base: BaseColumns | None = field(default=None, repr=False)  # filled by table.build_table
+    service: LastService | None = field(default=None, repr=False)  # table.service_columns
+
+    def columns_for(self, specs: Sequence[IntentSpec]) -> SpecColumns:
+        cached = self.spec_columns
+        if cached is not None and cached.read_from(specs):
+            return cached
+        fresh = read_spec_columns(specs) if cached is None else cached.updated(specs)
+        self.spec_columns = fresh
+        return fresh

@@ -1,0 +1,126 @@
+"""Predictor: EWMA mean and P-square p95/p99 with bounded memory, regimes per parallelism."""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from services.core.predictor import MIN_SAMPLES, P2Quantile, Predictor
+
+
+@pytest.mark.parametrize(
+    "samples",
+    [
+        np.random.default_rng(1).lognormal(3.0, 0.5, 5000),
+        np.random.default_rng(2).exponential(10.0, 5000),
+        np.random.default_rng(3).uniform(5.0, 50.0, 3000),
+        np.random.default_rng(4).normal(40.0, 4.0, 4000),
+    ],
+    ids=["lognormal", "exponential", "uniform", "normal"],
+)
+def test_quantiles_track_numpy_percentiles(samples):
+    p = Predictor()
+    p.observe_many("a", samples.tolist(), units=2)
+    s = p.stats("a")
+    assert s is not None and s.count == len(samples) and s.observed_units == 2
+    assert s.p95_ms == pytest.approx(np.percentile(samples, 95), rel=0.05)
+    assert s.p99_ms == pytest.approx(np.percentile(samples, 99), rel=0.08)
+    assert s.p99_ms >= s.p95_ms
+
+
+def test_memory_is_bounded_per_intent():
+    p = Predictor()
+    rng = np.random.default_rng(0)
+    p.observe_many("a", rng.exponential(5.0, 1_000).tolist(), 1)
+    size_small = _deep_size(p)
+    p.observe_many("a", rng.exponential(5.0, 20_000).tolist(), 1)
+    assert p.stats("a").count == 21_000
+    assert _deep_size(p) <= size_small * 1.05  # same markers, nothing appended
+
+
+def _deep_size(obj, seen=None) -> int:
+    seen = seen or set()
+    if id(obj) in seen:
+        return 0
+    seen.add(id(obj))
+    size = sys.getsizeof(obj)
+    if isinstance(obj, dict):
+        size += sum(_deep_size(k, seen) + _deep_size(v, seen) for k, v in obj.items())
+    elif isinstance(obj, (list, tuple)):
+        size += sum(_deep_size(x, seen) for x in obj)
+    elif hasattr(obj, "__dict__"):
+        size += _deep_size(vars(obj), seen)
+    elif hasattr(obj, "__slots__"):
+        size += sum(_deep_size(getattr(obj, a), seen) for a in obj.__slots__ if hasattr(obj, a))
+    return size
+
+
+def test_ewma_mean_follows_a_shift():
+    p = Predictor(alpha=0.2)
+    p.observe_many("a", [10.0] * 50)
+    assert p.stats("a").mean_ms == pytest.approx(10.0)
+    p.observe_many("a", [30.0] * 50)
+    assert p.stats("a").mean_ms == pytest.approx(30.0, rel=1e-3)
+
+
+def test_units_change_starts_a_new_regime_after_min_samples():
+    p = Predictor()
+    p.observe_many("a", [10.0] * 20, units=1)
+    p.observe_many("a", [5.0] * (MIN_SAMPLES - 1), units=2)
+    assert p.stats("a").observed_units == 1  # too few samples at 2 units yet
+    p.observe("a", 5.0, units=2)
+    s = p.stats("a")
+    assert s.observed_units == 2 and s.count == MIN_SAMPLES and s.mean_ms == pytest.approx(5.0)
+
+
+def test_snapshot_forget_and_bad_input():
+    p = Predictor()
+    assert p.stats("x") is None
+    p.observe("b", 2.0)
+    p.observe("a", 1.0)
+    assert list(p.snapshot()) == ["a", "b"]
+    p.forget("a")
+    assert p.stats("a") is None and list(p.snapshot()) == ["b"] and len(p) == 1
+    for bad in (-1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError):
+            p.observe("b", bad)
+    with pytest.raises(ValueError):
+        p.observe("b", 1.0, factor=0.0)
+    assert p.stats("b") is not None and p.stats("b").count == 1  # nothing bad was stored
+    # a batch stops at its first bad sample: the ones before it count, nothing after it
+    with pytest.raises(ValueError):
+        p.observe_many("b", [3.0, 4.0, float("nan"), 5.0], units=2)
+    kept = p.stats("b")
+    assert kept.count == 2 and kept.observed_units == 2 and kept.mean_ms == pytest.approx(3.2)
+    p.observe_many("b", [6.0, 7.0, 8.0], units=2)
+    stats = p.stats("b")
+    assert stats.count == 5 and stats.observed_units == 2 and stats.mean_ms > 3.0
+    with pytest.raises(ValueError):
+        Predictor(alpha=0.0)
+    with pytest.raises(ValueError):
+        P2Quantile(1.0)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.floats(0.0, 1e4), min_size=1, max_size=200))
+def test_estimates_stay_within_the_observed_range(samples):
+    q = P2Quantile(0.99)
+    for x in samples:
+        q.add(x)
+    assert min(samples) - 1e-9 <= q.value() <= max(samples) + 1e-9
+    if len(samples) <= 5:
+        assert q.value() == pytest.approx(float(np.percentile(samples, 99)))
+
+
+def test_stats_are_the_same_object_until_a_new_sample() -> None:
+    p = Predictor()
+    p.observe_many("a", [10.0, 11.0, 12.0, 13.0, 14.0, 15.0])
+    first = p.snapshot()["a"]
+    assert p.snapshot()["a"] is first and p.stats("a") is first
+    p.observe("a", 30.0)
+    second = p.snapshot()["a"]
+    assert second is not first and second.count == first.count + 1
