@@ -4,21 +4,26 @@
 # distribution Python that forbids system-wide pip installs (PEP 668) is fine too.
 ARG PYTHON_IMAGE=python:3.11-slim
 
-# --- build: the project and its dependencies into /opt/venv --------------------------------
+# --- requirements: the runtime dependencies (and the `ros` extra) named in pyproject.toml --------
+# Their layer below is cached on this list alone, so a change elsewhere in pyproject.toml (a dev
+# tool, the version) does not install every dependency again.
+FROM ${PYTHON_IMAGE} AS requirements
+COPY pyproject.toml /src/pyproject.toml
+RUN python -c "import tomllib; p = tomllib.load(open('/src/pyproject.toml', 'rb'))['project']; \
+print('\n'.join(p['dependencies'] + p.get('optional-dependencies', {}).get('ros', [])))" \
+    > /requirements.txt
+
+# --- build: the dependencies into /opt/venv, the project as a wheel -------------------------
 FROM ${PYTHON_IMAGE} AS build
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PATH=/opt/venv/bin:$PATH
 RUN python -m venv /opt/venv
+# The `ros` extra brings ROS 2 (rclpy with Fast DDS, PyPI wheels) for the bridge.
+COPY --from=requirements /requirements.txt /src/requirements.txt
+RUN pip install --quiet --upgrade pip && pip install --quiet -r /src/requirements.txt
 WORKDIR /src
-# Dependencies first (from pyproject.toml alone), so a code change reuses this layer.
-# The `ros` extra brings ROS 2 (rclpy) for the bridge; pip only warns where it is not defined.
 COPY pyproject.toml README.md LICENSE ./
-COPY parfusion/__init__.py parfusion/__init__.py
-RUN mkdir -p services experiments && touch services/__init__.py experiments/__init__.py \
-    && pip install --quiet --upgrade pip \
-    && pip install --quiet '.[ros]' \
-    && pip uninstall --quiet --yes parfusion
 COPY parfusion ./parfusion
 COPY services ./services
 COPY experiments ./experiments
@@ -32,8 +37,8 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PARFUSION_HOME=/app \
     PARFUSION_HOST=0.0.0.0
 RUN useradd --create-home --uid 10001 --user-group parfusion
-# The dependencies' layer (most of the image) changes only with pyproject.toml; the project's
-# own wheel goes on top of it, so a code change ships a few MB, not the whole venv again.
+# The dependencies' layer (most of the image) changes only with the runtime dependencies; the
+# project's own wheel goes on top of it, so a code change ships a few MB, not the whole venv.
 COPY --from=build /opt/venv /opt/venv
 COPY --from=build /wheels /wheels
 RUN PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 \
