@@ -40,6 +40,7 @@ from services.core.outcome import (
     MET_DEGRADED,
     MET_WITH_LEFTOVER,
     NOT_ADMITTED,
+    NOTHING_YIELDS,
     POLICY_UNITS,
     REASON_CODES,
     SHARED,
@@ -220,6 +221,9 @@ _TEMPLATES = {
     SHORT: ("at risk: needs %d units for %g ms, %d free; running %d",
             ("need", "deadline", "free", "units")),
     NOT_ADMITTED: ("not admitted: needs %d units, %d free", ("min_units", "free")),
+    NOTHING_YIELDS: ("throttled: needs %d units for %g ms, %d free, and nothing can yield "
+                     "(no preemptible work, no elastic ONLINE/ROBOT work above its minimum; "
+                     "idle-time batch holds none); running %d", ("need", "deadline", "free", "units")),
     FIXED: ("%s: holds %d units from its first allocation", ("policy", "units")),
     IDLE_TIME: ("%s: idle-time batch, holds no units", ("policy",)),
     SHARED: ("light: offered load %.3g cores <= %g; runs %d on shared cores, holds no units "
@@ -289,8 +293,12 @@ def reasons(
                 spec_names = [sp.name for sp in table.specs]
                 texts[idx] = [
                     f"preempted: {gone} units taken by urgent {spec_names[by] if by >= 0 else 'work'}"
-                    for gone, by in zip(
-                        lost[idx].tolist(), plan.preempted_by[idx].tolist(), strict=True
+                    + (f"; running {left} (its minimum)" if left else "")
+                    for gone, by, left in zip(
+                        lost[idx].tolist(),
+                        plan.preempted_by[idx].tolist(),
+                        units[idx].tolist(),
+                        strict=True,
                     )
                 ]
                 continue

@@ -46,7 +46,6 @@ class ModeledBackend:
         clock: Callable[[], float] = time.monotonic,
         seed: int = 0,
         keep_history: bool = False,
-        window_percentiles: bool = True,
     ) -> None:
         self.options = options
         self.params = params or load_model_params()
@@ -56,10 +55,6 @@ class ModeledBackend:
         self._origin = clock()
         self._lock = threading.Lock()
         self._generation = 0
-        # The headless driver turns the sliding-window p50/p95/p99 off: the allocator's loop
-        # reads only recent_service_ms, pools and pressure, and the experiments compute their
-        # percentiles from the full history. The service always reports them.
-        self._window_percentiles = window_percentiles
         log.info(
             "modeled backend ready",
             extra={"cpu_units": self.params.cpu_units, "gpus": self.params.gpu_count},
@@ -178,7 +173,7 @@ class ModeledBackend:
             tel.active_disturbance.CopyFrom(disturbance_to_proto(active.spec))
             tel.disturbance_remaining_s = active.remaining_s(node.now_s)
         for intent_id, run in node.runs.items():
-            view = run.stats.view(with_percentiles=self._window_percentiles)
+            view = run.stats.view()
             recent = run.stats.drain_recent() if drain else run.stats.peek_recent()
             tel.latencies.append(
                 telemetry_pb2.LatencySummary(

@@ -300,6 +300,7 @@ def test_every_reason_template_is_reached_and_formatted():
         "preempted:", "deadline phase:", "of the leftover units", "degraded to", "holding ",
         "at risk: needs", "unreachable even at", "not admitted:", "from its first allocation",
         "idle-time batch", "light: offered", "next-unit nmu", "units (pred p99",
+        "nothing can yield",
     }  # fmt: skip
     assert len(prefixes) == len(_TEMPLATES) + 1  # every template, and the preemption text
     rng = random.Random(11)
@@ -332,4 +333,12 @@ def test_every_reason_template_is_reached_and_formatted():
                 assert result == get_policy(name).allocate(state)
                 seen |= {p for d in result.decisions for p in prefixes if p in d.reason}
                 previous = result.by_id()
+    # the random mixes leave some work able to yield: an urgent intent on a node held whole
+    # by non-elastic work is the one case nothing can
+    held = IntentSpec(id="h", name="h", workload_class="ONLINE", deadline_ms=50, elastic=False)
+    urgent = IntentSpec(id="u", name="u", workload_class="URGENT", deadline_ms=50, seq=1)
+    node = NodeState(name="n", cpu_units=1, cpu_ids=(0,))
+    state = PlanInput([held, urgent], node, previous={"h": Decision("h", 1)}, tick=1)
+    seen |= {p for d in get_policy("parfusion").allocate(state).decisions for p in prefixes
+             if p in d.reason}  # fmt: skip
     assert seen == prefixes, prefixes - seen
