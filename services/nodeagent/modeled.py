@@ -20,7 +20,8 @@ from collections.abc import Callable
 
 from parfusion.v1 import intent_pb2, nodeagent_pb2, telemetry_pb2
 from services.common.errors import FailedPrecondition, InvalidArgument
-from services.core.convert import CLASS_TO_MODEL, DEGRADATION_TO_MODEL
+from services.core.convert import DEGRADATION_TO_MODEL
+from services.nodeagent.allocation import check_allocation, check_unique
 from services.nodeagent.backend import BackendOptions
 from services.sim.disturbance import disturbance_from_proto, disturbance_to_proto
 from services.sim.node import ModeledNode
@@ -30,8 +31,6 @@ from services.sim.workload import Assignment, WorkloadProfile, default_arrivals
 log = logging.getLogger(__name__)
 
 MAX_CATCH_UP_S = 30.0  # after a longer silence the model simulates only the last 30 s
-NICE_MIN, NICE_MAX = -20, 19
-SCHED_POLICIES = ("other", "batch", "idle")
 MODELED_MEMORY_BYTES = 2 * 1024**4  # a DGX H200 has 2 TB of system memory
 MEMORY_PER_UNIT_BYTES = 4 * 1024**3  # [assumption] resident memory per busy worker unit
 
@@ -75,33 +74,9 @@ class ModeledBackend:
     # -- plan ------------------------------------------------------------------------------
 
     def _validate(self, index: int, a: intent_pb2.Allocation) -> tuple[WorkloadProfile, Assignment]:
+        arena = f"are outside the modeled arena 0-{len(self.arena) - 1}"
+        cls, policy = check_allocation(index, a, self.arena, arena)
         where = f"allocations[{index}]"
-        if not a.intent_id:
-            raise InvalidArgument("required", field=f"{where}.intent_id")
-        cls = CLASS_TO_MODEL.get(a.workload_class)
-        if cls is None:
-            raise InvalidArgument(
-                "must be ONLINE, BATCH, ROBOT or URGENT", field=f"{where}.workload_class"
-            )
-        if not NICE_MIN <= a.nice <= NICE_MAX:
-            raise InvalidArgument(f"{a.nice} outside -20..19", field=f"{where}.nice")
-        policy = a.sched_policy or "other"
-        if policy not in SCHED_POLICIES:
-            raise InvalidArgument(
-                f"{policy!r} is not other, batch or idle", field=f"{where}.sched_policy"
-            )
-        unknown = sorted(set(a.cpu_set) - set(self.arena))
-        if unknown:
-            raise InvalidArgument(
-                f"cpus {unknown} are outside the modeled arena 0-{len(self.arena) - 1}",
-                field=f"{where}.cpu_set",
-            )
-        for name in ("base_service_ms", "arrival_rate_per_s", "deadline_ms"):
-            value = getattr(a, name)
-            if value < 0 or not math.isfinite(value):
-                raise InvalidArgument("must be a finite number >= 0", field=f"{where}.{name}")
-        if not 0.0 <= a.parallel_fraction <= 1.0:
-            raise InvalidArgument("must be in [0, 1]", field=f"{where}.parallel_fraction")
         bad_gpus = [i for i in a.gpu_indexes if i >= self.params.gpu_count]
         if bad_gpus:
             raise InvalidArgument(
@@ -134,9 +109,7 @@ class ModeledBackend:
 
     def apply(self, plan: intent_pb2.NodePlan) -> list[nodeagent_pb2.AppliedAllocation]:
         checked = [self._validate(i, a) for i, a in enumerate(plan.allocations)]
-        ids = [p.intent_id for p, _ in checked]
-        if len(set(ids)) != len(ids):
-            raise InvalidArgument("an intent appears twice", field="plan.allocations")
+        check_unique([p.intent_id for p, _ in checked])
         # Units held are bounded by the arena; workers may be more (light work on shared
         # cores, idle-time batch): the model charges those through its interference terms.
         units = sum(a.units for a in plan.allocations)

@@ -8,6 +8,7 @@ import random
 import pytest
 
 from services.common.errors import InvalidArgument
+from services.core.crosslayer import _TEMPLATES
 from services.core.formulas import LATENCY_CEILING_MS
 from services.core.model import (
     Decision,
@@ -18,7 +19,6 @@ from services.core.model import (
     PlanInput,
     ServiceStats,
 )
-from services.core.policies.crosslayer import _TEMPLATES
 from services.core.policies.registry import POLICIES, get_policy, list_policies
 
 LANES = (
@@ -278,11 +278,9 @@ def test_an_overloaded_intent_reads_as_unbounded_not_as_the_sentinel(name: str) 
 
 
 def test_build_decisions_makes_real_frozen_decisions():
-    import dataclasses
+    from services.core.crosslayer import build_decisions
 
-    from services.core.policies.crosslayer import build_decisions
-
-    fields = [f.name for f in dataclasses.fields(Decision)]
+    fields = list(Decision.__struct_fields__)
     rows = [
         Decision(f"i{k}", k, degradation="FP16", reason=f"r{k}", cpu_set=(k,), since_tick=k)
         for k in range(5)
@@ -291,7 +289,7 @@ def test_build_decisions_makes_real_frozen_decisions():
     assert built == tuple(rows) and all(type(d) is Decision for d in built)
     assert [repr(d) for d in built] == [repr(r) for r in rows]
     assert hash(built[0]) == hash(rows[0])
-    with pytest.raises(dataclasses.FrozenInstanceError):
+    with pytest.raises(AttributeError):
         built[0].units = 9  # type: ignore[misc]
 
 
