@@ -23,6 +23,10 @@ DECISION_SECONDS = Histogram(
     ["policy"],
     buckets=(0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25),
 )
+STORE_SKIPPED_ROWS = Counter(
+    "parfusion_store_skipped_rows_total",
+    "Intent rows the store could not read at start-up and left out (logged with their id)",
+)
 UNITS = Gauge(
     "parfusion_dmug_units", "CPU units (workers) allocated to the intent", ["intent", "intent_id"]
 )

@@ -319,18 +319,26 @@ class RobotBridge:
         self._save("urgent_done")
 
     def _retry_delete(self) -> None:
-        if self.allocator is None:
-            self.undeleted.clear()
-            return
-        event_id = self.undeleted[0]
-        outcome = self.allocator.delete_urgent(event_id)
-        self._note_allocator("delete", outcome)
-        if outcome.ok:
-            self.undeleted.pop(0)
-            log.info("left-over urgent intent deleted", extra={"intent_id": outcome.intent_id})
-            self._save("intent_deleted")
-        else:
+        if not self.clean_up_leftovers():
             self._next_delete_retry = self.clock() + DELETE_RETRY_S
+
+    def clean_up_leftovers(self) -> bool:
+        """Delete the URGENT intents a failed DeleteIntent left at the allocator, oldest first,
+        stopping at the first failure; True when none is left. The app calls this on its own
+        timer (not the control tick), so they go as soon as the allocator is back."""
+        with self._lock:
+            if self.allocator is None:
+                self.undeleted.clear()
+                return True
+            while self.undeleted:
+                outcome = self.allocator.delete_urgent(self.undeleted[0])
+                self._note_allocator("delete", outcome)
+                if not outcome.ok:
+                    return False
+                self.undeleted.pop(0)
+                log.info("left-over urgent intent deleted", extra={"intent_id": outcome.intent_id})
+                self._save("intent_deleted")
+            return True
 
     def _load_checkpoint(self) -> None:
         """Resume from what is on disk, not from memory: the same path a restarted bridge takes."""
@@ -447,6 +455,7 @@ class RobotBridge:
     def _note_allocator(self, operation: str, outcome: AllocatorOutcome) -> None:
         self.allocator_status["reachable"] = outcome.ok or not outcome.unreachable
         if outcome.ok:
+            self.allocator_status["last_error"] = ""  # an answer: the old failure is over
             return
         reason = "unreachable" if outcome.unreachable else "rejected"
         self.allocator_status["last_error"] = f"{operation}: {outcome.code} {outcome.error}".strip()

@@ -22,7 +22,7 @@ from parfusion.v1 import intent_pb2, nodeagent_pb2, telemetry_pb2
 from services.common.errors import FailedPrecondition, InvalidArgument
 from services.core.convert import DEGRADATION_TO_MODEL
 from services.nodeagent.allocation import check_allocation, check_unique
-from services.nodeagent.backend import BackendOptions
+from services.nodeagent.backend import BackendOptions, next_generation
 from services.sim.disturbance import disturbance_from_proto, disturbance_to_proto
 from services.sim.node import ModeledNode
 from services.sim.params import ModelParams, load_model_params
@@ -121,7 +121,7 @@ class ModeledBackend:
             self._sync()
             self.node.set_profiles(p for p, _ in checked)
             self.node.apply({p.intent_id: a for p, a in checked}, gpu_intent_enabled=True)
-            self._generation = plan.generation or self._generation + 1
+            self._generation = next_generation(plan.generation, self._generation)
         return [
             nodeagent_pb2.AppliedAllocation(
                 intent_id=p.intent_id,

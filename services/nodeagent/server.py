@@ -23,7 +23,12 @@ from services.common.grpc_server import (
 )
 from services.common.logs import configure_logging
 from services.nodeagent import metrics, osctl
-from services.nodeagent.backend import BackendOptions, NodeBackend, create_backend
+from services.nodeagent.backend import (
+    BackendOptions,
+    NodeBackend,
+    check_generation,
+    create_backend,
+)
 
 log = logging.getLogger(__name__)
 SERVICE_NAME = nodeagent_pb2.DESCRIPTOR.services_by_name["NodeAgentService"].full_name
@@ -36,6 +41,7 @@ class NodeAgentServicer(nodeagent_pb2_grpc.NodeAgentServiceServicer):
 
     def ApplyNodePlan(self, request: Any, context: Any) -> Any:  # noqa: N802
         try:
+            check_generation(request.plan.generation)
             applied = self.backend.apply(request.plan)
         except Exception:
             metrics.PLANS_APPLIED.labels("rejected").inc()
