@@ -28,7 +28,8 @@ from typing import Any
 import msgspec
 
 from parfusion.v1 import intent_pb2
-from services.allocator.store import IntentStore, content_key
+from services.allocator.store import IntentStore
+from services.allocator.store_batch import content_key
 from services.common.errors import DomainError, NotFound
 from services.common.kube import Informer, ObjectMeta, PodHead, ResourcePath
 from services.core.convert import intent_from_document

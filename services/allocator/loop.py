@@ -26,7 +26,8 @@ from services.allocator import metrics, plans
 from services.allocator.gcpause import cyclic_gc_paused
 from services.allocator.nodestate import Telemetry, node_state
 from services.allocator.peers import GpuLaneClient, NodeAgentClient
-from services.allocator.store import IntentStore, StoredIntent
+from services.allocator.store import IntentStore
+from services.allocator.store_batch import StoredIntent
 from services.allocator.watch import PlanFeed, PlanSnapshot
 from services.core import convert, model
 from services.core.policies.base import Policy

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from parfusion.v1 import intent_pb2
-from services.allocator.store import IntentStore, _Op
+from services.allocator.store import IntentStore
+from services.allocator.store_batch import Op
 from services.common.errors import AlreadyExists, FailedPrecondition, NotFound, Unavailable
 from services.core.validation import normalize_intent
 
@@ -142,7 +143,7 @@ def _batch_behind_a_held_commit(store: IntentStore, calls: list[Callable[[], obj
         except Exception as exc:
             results[k] = exc
 
-    opener = _Op("submit", intent("opener", "opener"), "opener")
+    opener = Op("submit", intent("opener", "opener"), "opener")
     with store._db_lock:
         store._enqueue(opener)
         deadline = time.monotonic() + 5
