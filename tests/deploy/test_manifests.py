@@ -11,6 +11,7 @@ import yaml
 from google.protobuf import json_format
 
 from parfusion import deploy
+from parfusion.deploy_scheduler import SCHEDULER_NAME
 from parfusion.services import BY_NAME, SERVICES
 from parfusion.v1 import intent_pb2
 from services.core.convert import intents_in_file
@@ -181,7 +182,7 @@ def test_scheduler_configuration_calls_the_extender() -> None:
         assert f"/{ext[verb]}" in paths
     assert ext["weight"] >= 1 and ext["nodeCacheCapable"] is True
     # the second scheduler mounts this config where --config points, runs as its own account
-    sched = _by_kind("Deployment")[deploy.SCHEDULER_NAME]["spec"]["template"]["spec"]
+    sched = _by_kind("Deployment")[SCHEDULER_NAME]["spec"]["template"]["spec"]
     [container] = sched["containers"]
     [flag] = [a for a in container["command"] if a.startswith("--config=")]
     mount = container["volumeMounts"][0]
@@ -191,7 +192,7 @@ def test_scheduler_configuration_calls_the_extender() -> None:
     leases = config["leaderElection"]
     assert (
         leases["resourceName"]
-        in _by_kind("Role")[f"{deploy.SCHEDULER_NAME}-leader-election"]["rules"][1]["resourceNames"]
+        in _by_kind("Role")[f"{SCHEDULER_NAME}-leader-election"]["rules"][1]["resourceNames"]
     )
     assert _by_kind("Pod")["detector"]["spec"]["schedulerName"] == profile["schedulerName"]
 

@@ -28,7 +28,7 @@ import httpx
 import pytest
 import yaml
 
-from parfusion import deploy
+from parfusion.deploy_scheduler import scheduler_configuration
 from tests.conftest import ROOT, free_port
 from tests.stack import Stack, start_stack
 
@@ -128,7 +128,7 @@ def wait_for(check: Callable[[], Any], what: str, timeout: float = 20.0) -> Any:
 def scheduler_config(extender_port: int) -> dict[str, Any]:
     """The shipped KubeSchedulerConfiguration (deploy/scheduler/) with the local extender URL;
     control-plane sets the kubeconfig and turns leader election off."""
-    config = deploy.scheduler_configuration()
+    config = scheduler_configuration()
     config.pop("leaderElection", None)
     config["extenders"][0]["urlPrefix"] = f"http://127.0.0.1:{extender_port}"
     return config
