@@ -183,7 +183,7 @@ def create_app(settings: ServiceSettings, *, clock: Callable[[], float] = time.t
         again, ticker or not (a manual-tick bridge may not tick for a long time)."""
         while True:
             await asyncio.sleep(cleanup_s)
-            if bridge.undeleted:
+            if bridge.intents.undeleted:
                 try:
                     await run_in_threadpool(bridge.clean_up_leftovers)
                 except Exception:
@@ -206,8 +206,8 @@ def create_app(settings: ServiceSettings, *, clock: Callable[[], float] = time.t
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
             ros2.stop()
-            if bridge.allocator is not None and hasattr(bridge.allocator, "close"):
-                bridge.allocator.close()
+            if bridge.intents.allocator is not None and hasattr(bridge.intents.allocator, "close"):
+                bridge.intents.allocator.close()
 
     app = Starlette(
         routes=[

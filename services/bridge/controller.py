@@ -24,9 +24,8 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
-from services.bridge.allocator_client import AllocatorOutcome, PlannedAllocation
 from services.bridge.checkpoint import CheckpointStore
 from services.bridge.metrics import BridgeMetrics
 from services.bridge.mission import Mission, UrgentEvent
@@ -38,22 +37,11 @@ from services.bridge.statemachine import (
     Transition,
     legal_events,
 )
+from services.bridge.urgent_intents import AllocatorPort, UrgentIntents
 from services.bridge.validation import MissionSpec, UrgentSpec
 from services.bridge.views import mission_view, transitions_view, urgent_view
 
 log = logging.getLogger(__name__)
-
-DELETE_RETRY_S = 2.0  # between attempts to delete an intent the allocator did not take back
-
-
-class AllocatorPort(Protocol):
-    address: str
-
-    def submit_urgent(self, event_id: str, name: str, deadline_ms: float) -> AllocatorOutcome: ...
-
-    def delete_urgent(self, event_id: str) -> AllocatorOutcome: ...
-
-    def allocation(self, event_id: str) -> PlannedAllocation | None: ...
 
 
 class RobotBridge:
@@ -71,7 +59,7 @@ class RobotBridge:
     ) -> None:
         self.store = store
         self.metrics = metrics
-        self.allocator = allocator
+        self.intents = UrgentIntents(allocator, metrics, clock)
         self.tick_s = tick_s
         self.queue_limit = queue_limit
         self.clock = clock
@@ -82,19 +70,10 @@ class RobotBridge:
         self.queue: list[tuple[float, int, UrgentEvent]] = []
         self.active: UrgentEvent | None = None
         self.finished: deque[UrgentEvent] = deque(maxlen=20)
-        # intents whose DeleteIntent failed: an URGENT intent left behind would hold units forever
-        self.undeleted: list[str] = []
-        self._next_delete_retry = 0.0
         self.ticks = 0
         self._seq = 0
         self._resume_started_at: float | None = None
         self.preemption_reason = ""
-        self.allocator_status: dict[str, Any] = {
-            "address": allocator.address if allocator else "",
-            "mode": "grpc" if allocator else "disabled",
-            "reachable": None,
-            "last_error": "",
-        }
 
     # --- requests -----------------------------------------------------------------------
 
@@ -159,7 +138,7 @@ class RobotBridge:
 
     def _tick_once(self) -> None:
         self.ticks += 1
-        if self.undeleted and self.clock() >= self._next_delete_retry:
+        if self.intents.retry_due():
             self._retry_delete()
         self.metrics.ticks.inc()
         state = self.machine.state
@@ -234,18 +213,7 @@ class RobotBridge:
         _, _, event = heapq.heappop(self.queue)
         self.metrics.queue_depth.set(len(self.queue))
         self.active = event
-        if self.allocator is None:
-            event.allocator = "disabled"
-        else:
-            outcome = self.allocator.submit_urgent(
-                event.id, event.spec.name, event.spec.deadline_ms
-            )
-            event.allocator = (
-                "submitted" if outcome.ok else "unreachable" if outcome.unreachable else "rejected"
-            )
-            event.allocator_error = outcome.error
-            self._note_allocator("submit", outcome)
-            self._read_allocation(event)
+        self.intents.submit(event)
         self.metrics.urgent_handling.labels(
             "allocator" if event.intent_submitted else "local"
         ).inc()
@@ -254,35 +222,10 @@ class RobotBridge:
         self.machine.fire(Event.START_URGENT)
         self._save("urgent_started")
 
-    def _read_allocation(self, event: UrgentEvent) -> None:
-        """What the allocator's plan gave the event's intent: granted (units) or throttled (with
-        the plan's reason). Until its first plan the event stays "submitted"."""
-        if self.allocator is None or not event.intent_submitted:
-            return
-        planned = self.allocator.allocation(event.id)
-        if planned is None:
-            return
-        first = event.allocation is None
-        event.allocator = "granted" if planned.granted else "throttled"
-        event.allocation = {
-            "units": planned.units,
-            "workers": planned.workers,
-            "state": planned.state,
-            "reason": planned.reason,
-            "predicted_p99_ms": planned.predicted_p99_ms,
-        }
-        self.metrics.urgent_allocated_units.set(planned.units if planned.granted else 0)
-        if first:
-            self.metrics.urgent_allocations.labels(planned.state).inc()
-            log.info(
-                "urgent allocation",
-                extra={"urgent": event.id, "units": planned.units, "state": planned.state},
-            )
-
     def _urgent_step(self) -> None:
         event = self.active
         assert event is not None
-        self._read_allocation(event)
+        self.intents.read_allocation(event)
         event.done += 1
         self.machine.fire(Event.URGENT_STEP)
         if event.done < event.spec.work:
@@ -298,13 +241,7 @@ class RobotBridge:
         if event.outcome == "missed":
             self.metrics.urgent_deadline_misses.inc()
         self.metrics.urgent_allocated_units.set(0)
-        if event.intent_submitted and self.allocator is not None:
-            outcome = self.allocator.delete_urgent(event.id)
-            event.intent_deleted = outcome.ok
-            self._note_allocator("delete", outcome)
-            if not outcome.ok:
-                self.undeleted.append(event.id)
-                self._next_delete_retry = now + DELETE_RETRY_S
+        self.intents.delete(event, now)
         self.finished.appendleft(event)
         self.active = None
         log.info(
@@ -320,25 +257,14 @@ class RobotBridge:
 
     def _retry_delete(self) -> None:
         if not self.clean_up_leftovers():
-            self._next_delete_retry = self.clock() + DELETE_RETRY_S
+            self.intents.retry_later()
 
     def clean_up_leftovers(self) -> bool:
         """Delete the URGENT intents a failed DeleteIntent left at the allocator, oldest first,
         stopping at the first failure; True when none is left. The app calls this on its own
         timer (not the control tick), so they go as soon as the allocator is back."""
         with self._lock:
-            if self.allocator is None:
-                self.undeleted.clear()
-                return True
-            while self.undeleted:
-                outcome = self.allocator.delete_urgent(self.undeleted[0])
-                self._note_allocator("delete", outcome)
-                if not outcome.ok:
-                    return False
-                self.undeleted.pop(0)
-                log.info("left-over urgent intent deleted", extra={"intent_id": outcome.intent_id})
-                self._save("intent_deleted")
-            return True
+            return self.intents.clean_up(lambda: self._save("intent_deleted"))
 
     def _load_checkpoint(self) -> None:
         """Resume from what is on disk, not from memory: the same path a restarted bridge takes."""
@@ -403,7 +329,7 @@ class RobotBridge:
             document = self.store.load()
             if document is None:
                 return False
-            self.undeleted = [str(event_id) for event_id in document.get("undeleted", [])]
+            self.intents.undeleted = [str(event_id) for event_id in document.get("undeleted", [])]
             events = [UrgentEvent.from_doc(d) for d in document.get("queue", [])]
             if document.get("active"):
                 interrupted = UrgentEvent.from_doc(document["active"])
@@ -452,15 +378,6 @@ class RobotBridge:
         self._save("mission_end")
         log.info("mission ended", extra={"mission": mission.id, "outcome": outcome})
 
-    def _note_allocator(self, operation: str, outcome: AllocatorOutcome) -> None:
-        self.allocator_status["reachable"] = outcome.ok or not outcome.unreachable
-        if outcome.ok:
-            self.allocator_status["last_error"] = ""  # an answer: the old failure is over
-            return
-        reason = "unreachable" if outcome.unreachable else "rejected"
-        self.allocator_status["last_error"] = f"{operation}: {outcome.code} {outcome.error}".strip()
-        self.metrics.allocator_failures.labels(operation, reason).inc()
-
     def _save(self, reason: str, *, durable: bool = True) -> None:
         document = {
             "saved_at": self.clock(),
@@ -469,7 +386,7 @@ class RobotBridge:
             "mission": self.mission.to_doc() if self.mission else None,
             "queue": [event.to_doc() for _, _, event in sorted(self.queue)],
             "active": self.active.to_doc() if self.active else None,
-            "undeleted": list(self.undeleted),
+            "undeleted": list(self.intents.undeleted),
         }
         self.store.save(document, durable=durable)
         if durable:
@@ -495,7 +412,7 @@ class RobotBridge:
                     "handled_locally": bool(self.active and not self.active.intent_submitted),
                 },
                 "preemption": {"reason": self.preemption_reason},
-                "allocator": {**self.allocator_status, "undeleted_intents": len(self.undeleted)},
+                "allocator": self.intents.view(),
                 "ticks": self.ticks,
                 "tick_ms": self.tick_s * 1000.0,
                 "checkpoint": {"path": str(self.store.path)},

@@ -15,8 +15,9 @@ from prometheus_client import CollectorRegistry
 from parfusion.v1 import allocator_pb2, allocator_pb2_grpc
 from services.bridge.allocator_client import AllocatorClient
 from services.bridge.checkpoint import CheckpointStore
-from services.bridge.controller import AllocatorPort, RobotBridge
+from services.bridge.controller import RobotBridge
 from services.bridge.metrics import BridgeMetrics
+from services.bridge.urgent_intents import AllocatorPort
 from services.common.grpc_server import RunningServer, start_grpc_server
 from tests.conftest import free_port
 

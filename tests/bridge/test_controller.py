@@ -316,7 +316,7 @@ def test_an_intent_the_allocator_did_not_take_back_is_deleted_later_even_after_a
     bridge = make_bridge(checkpoint_path, clock, allocator)
     event = bridge.submit_urgent(urgent(work=1))
     run_ticks(bridge, clock, 2)  # start (submit), done (delete fails)
-    assert event.intent_deleted is False and bridge.undeleted == [event.id]
+    assert event.intent_deleted is False and bridge.intents.undeleted == [event.id]
     assert (
         sample(
             bridge,
@@ -327,14 +327,14 @@ def test_an_intent_the_allocator_did_not_take_back_is_deleted_later_even_after_a
     )
     restarted = make_bridge(checkpoint_path, clock, allocator)
     restarted.restore()
-    assert restarted.undeleted == [event.id]
+    assert restarted.intents.undeleted == [event.id]
     run_ticks(restarted, clock, 1)  # retried at once after the restart: fails again
-    assert allocator.failing_deletes == 0 and restarted.undeleted == [event.id]
+    assert allocator.failing_deletes == 0 and restarted.intents.undeleted == [event.id]
     run_ticks(restarted, clock, 1)  # next retry not due for 2 s
     assert not allocator.deleted
     clock.advance(2.0)
     run_ticks(restarted, clock, 1)
-    assert allocator.deleted == [event.id] and not restarted.undeleted
+    assert allocator.deleted == [event.id] and not restarted.intents.undeleted
     assert restarted.snapshot()["allocator"]["undeleted_intents"] == 0
 
 
