@@ -28,6 +28,7 @@ from services.allocator import metrics, plans
 from services.allocator.peers import GpuLaneClient, NodeAgentClient
 from services.allocator.store import IntentStore, StoredIntent
 from services.allocator.watch import PlanFeed, PlanSnapshot
+from services.common.memory import ShrinkWatch, release_freed_memory
 from services.core import convert, model
 from services.core.formulas import observation_factor
 from services.core.policies.base import Policy
@@ -101,6 +102,7 @@ class ControlLoop:
         self._plan_rows: dict[str, int] = {}
         self._workers: dict[str, int] = {}
         self._policy_error: str | None = None
+        self._shrink = ShrinkWatch()
         self.feed = PlanFeed()
         self.metrics = metrics.DecisionMetrics()
         self.nodeagent = (
@@ -148,6 +150,13 @@ class ControlLoop:
     # --- one tick ----------------------------------------------------------------------------
 
     def tick(self) -> PlanSnapshot | None:
+        started = time.perf_counter()
+        snapshot = self._tick_once()
+        if snapshot is not None:
+            metrics.TICK_SECONDS.observe(time.perf_counter() - started)
+        return snapshot
+
+    def _tick_once(self) -> PlanSnapshot | None:
         pulls = self._start_pulls()
         specs, intents = self._current_intents()
         self._finish_pulls(pulls, intents)
@@ -191,6 +200,14 @@ class ControlLoop:
         )
         gpu_plan = plans.gpu_plan(result, intents, node, generation=generation, created_at=created)
         snapshot = PlanSnapshot(node_plan=node_plan, gpu_plan=gpu_plan, generation=generation)
+        header = plans.node_plan_header(
+            result, node, generation=generation, created_at=created, decision_ms=seconds * 1000
+        )
+        entries = self._allocation_cache.by_intent()
+        metrics.PLAN_SIZE.labels("node").set(
+            header.ByteSize() + sum(len(e) for e in entries.values())
+        )
+        metrics.PLAN_SIZE.labels("gpu").set(gpu_plan.ByteSize())
         rows, workers = self._allocation_cache.rows, self._allocation_cache.workers
         with self._lock:
             self._plan, self._plan_rows, self._workers = node_plan, rows, workers
@@ -199,7 +216,7 @@ class ControlLoop:
             self._names, self._names_of = {s.id: s.name for s in specs}, specs
         self.metrics.record(result, self._names, seconds)
         metrics.set_node_stale(node.stale)
-        self._push(snapshot)
+        self._push(snapshot, header, entries)
         return snapshot
 
     def _current_intents(
@@ -239,6 +256,8 @@ class ControlLoop:
             for intent_id in gone:
                 self.predictor.forget(intent_id)
         self.metrics.forget(gone)
+        if self._shrink.shrunk(len(intents)):
+            release_freed_memory()  # thousands of intents left: give their memory back
         counts: dict[str, int] = {}
         for _, spec in fresh.values():
             counts[spec.workload_class] = counts.get(spec.workload_class, 0) + 1
@@ -257,11 +276,13 @@ class ControlLoop:
         node_future, gpu_future = pulls
         node = self.nodeagent.finish_pull(node_future) if self.nodeagent and node_future else None
         gpu = self.gpulane.finish_pull(gpu_future) if self.gpulane and gpu_future else None
-        self._accept(node, gpu, intents)
+        self._accept(node, gpu, intents, self.nodeagent.pool_workers if self.nodeagent else None)
 
-    def _push(self, snapshot: PlanSnapshot) -> None:
+    def _push(
+        self, snapshot: PlanSnapshot, header: intent_pb2.NodePlan, entries: dict[str, bytes]
+    ) -> None:
         timeout = self.config.rpc_timeout_s
-        node = self.nodeagent.start_push(snapshot.node_plan, timeout) if self.nodeagent else None
+        node = self.nodeagent.start_push(header, entries, timeout) if self.nodeagent else None
         gpu = self.gpulane.start_push(snapshot.gpu_plan, timeout) if self.gpulane else None
         if self.nodeagent and node is not None:
             self.nodeagent.finish_push(node)
@@ -296,7 +317,11 @@ class ControlLoop:
         node: telemetry_pb2.NodeTelemetry | None,
         gpu: telemetry_pb2.GpuTelemetry | None,
         intents: Mapping[str, intent_pb2.ResourceIntent],
+        pool_workers: Callable[[str], int | None] | None = None,
     ) -> None:
+        """Take in telemetry. ``pool_workers``: the workers of an intent's pool as the node
+        agent last reported them (a delta reply carries only the pools that changed); without
+        it, the pools in ``node`` are all there are."""
         if node is not None:
             wall = Timestamp()
             wall.GetCurrentTime()
@@ -305,18 +330,22 @@ class ControlLoop:
                 self._telemetry.node_at = self._clock()
                 self._telemetry.node_wall = wall
                 self._telemetry.contention = convert.node_contention(node)
-            self._observe(node, intents)
+            if pool_workers is None:
+                pool_workers = {p.intent_id: p.workers for p in node.pools}.get
+            self._observe(node, intents, pool_workers)
         if gpu is not None:
             with self._lock:
                 self._telemetry.gpu = gpu
 
     def _observe(
-        self, node: telemetry_pb2.NodeTelemetry, intents: Mapping[str, intent_pb2.ResourceIntent]
+        self,
+        node: telemetry_pb2.NodeTelemetry,
+        intents: Mapping[str, intent_pb2.ResourceIntent],
+        pool_workers: Callable[[str], int | None],
     ) -> None:
         """Service times go to the predictor at the parallelism they ran with (the pool's
         workers, else the last allocation's) and the latency factor they ran under (the last
         decision's degradation level, the node's pressure), so it can rescale them to NORMAL."""
-        workers = {p.intent_id: p.workers for p in node.pools}
         with self._lock:
             allocated = dict(self._workers)
             previous = self._previous
@@ -325,7 +354,7 @@ class ControlLoop:
         for summary in node.latencies:
             if summary.intent_id not in intents or not summary.recent_service_ms:
                 continue
-            units = workers.get(summary.intent_id) or allocated.get(summary.intent_id) or 1
+            units = pool_workers(summary.intent_id) or allocated.get(summary.intent_id) or 1
             samples = [x for x in summary.recent_service_ms if math.isfinite(x) and x >= 0]
             spec, last = specs.get(summary.intent_id), previous.get(summary.intent_id)
             factor = 1.0

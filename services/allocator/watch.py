@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import functools
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -26,6 +27,28 @@ class PlanSnapshot:
     node_plan: intent_pb2.NodePlan
     gpu_plan: intent_pb2.GpuPlan
     generation: int
+
+    @functools.cached_property
+    def wire(self) -> bytes:
+        """The two plans as fields 1 and 2, serialized once per plan.
+
+        GetPlanResponse and WatchPlansResponse both carry them as fields 1 and 2, so every
+        GetPlan and every stream of this plan sends these bytes (plus its own small fields)
+        instead of copying and serializing 10,000 allocations again (about 50 ms each)."""
+        return _length_delimited(1, self.node_plan.SerializeToString()) + _length_delimited(
+            2, self.gpu_plan.SerializeToString()
+        )
+
+
+def _length_delimited(field_number: int, payload: bytes) -> bytes:
+    """One embedded-message field in protobuf's wire format: key, length (varint), payload."""
+    head = bytearray()
+    for value in (field_number << 3 | 2, len(payload)):
+        while value > 0x7F:
+            head.append(value & 0x7F | 0x80)
+            value >>= 7
+        head.append(value)
+    return bytes(head) + payload
 
 
 class _End:

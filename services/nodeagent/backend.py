@@ -58,11 +58,12 @@ class BackendOptions:
 class NodeBackend(Protocol):
     """One node's enforcement and observation.
 
-    Contract: ``apply`` is all-or-nothing (a plan it cannot honour raises a DomainError and
-    leaves the previous plan running); ``telemetry`` never blocks for long (it is pulled every
-    allocator tick) and drains ``recent_service_ms`` so each sample is reported once;
-    ``owned_pids`` lists exactly the processes this backend started (ControlProcess refuses
-    every other PID); ``stop`` ends every such process.
+        Contract: ``apply`` is all-or-nothing (a plan it cannot honour raises a DomainError and
+        leaves the previous plan running); ``telemetry`` never blocks for long (it is pulled every
+        allocator tick) and drains ``recent_service_ms`` so each sample is reported once;
+        ``sampled_only`` leaves out the latency summaries of intents with no new samples (the loop's
+    delta telemetry sends no others); ``owned_pids`` lists exactly the processes this backend started (ControlProcess refuses
+        every other PID); ``stop`` ends every such process.
     """
 
     name: str
@@ -71,7 +72,9 @@ class NodeBackend(Protocol):
 
     def cgroup_plan_path(self) -> str: ...
 
-    def telemetry(self, drain: bool = True) -> telemetry_pb2.NodeTelemetry: ...
+    def telemetry(
+        self, drain: bool = True, sampled_only: bool = False
+    ) -> telemetry_pb2.NodeTelemetry: ...
 
     def inject_disturbance(self, disturbance: telemetry_pb2.Disturbance) -> tuple[bool, float]: ...
 
@@ -84,12 +87,12 @@ BackendFactory = Callable[[BackendOptions], NodeBackend]
 
 
 def lazy(target: str) -> BackendFactory:
-    """A factory that imports ``module:Class`` only when that backend is chosen."""
+    """A factory that imports ``module:factory`` (a class or a function) only when chosen."""
     module_name, _, attr = target.partition(":")
 
     def build(options: BackendOptions) -> NodeBackend:
-        cls = getattr(importlib.import_module(module_name), attr)
-        backend: NodeBackend = cls(options)
+        factory = getattr(importlib.import_module(module_name), attr)
+        backend: NodeBackend = factory(options)
         return backend
 
     build.__qualname__ = f"lazy({target})"
@@ -98,7 +101,7 @@ def lazy(target: str) -> BackendFactory:
 
 BACKENDS: dict[str, BackendFactory] = {
     "real": lazy("services.nodeagent.real:RealBackend"),
-    "modeled": lazy("services.nodeagent.modeled:ModeledBackend"),
+    "modeled": lazy("services.nodeagent.modeled:served"),
 }
 
 

@@ -438,7 +438,9 @@ class RealBackend:
             return {i: r.pool.size for i, r in self._intents.items()}
 
     # -- telemetry ----------------------------------------------------------------------------
-    def telemetry(self, drain: bool = True) -> telemetry_pb2.NodeTelemetry:
+    def telemetry(
+        self, drain: bool = True, sampled_only: bool = False
+    ) -> telemetry_pb2.NodeTelemetry:
         sample = self._sampler.sample()
         tel = telemetry_pb2.NodeTelemetry(
             node=self.options.node_name,
@@ -461,7 +463,8 @@ class RealBackend:
                 tel.active_disturbance.CopyFrom(self._disturbance)
                 tel.disturbance_remaining_s = self._disturbance_until - now
         for r in runtimes:
-            tel.latencies.append(r.book.summary(drain=drain))
+            if not sampled_only or r.book.has_samples:
+                tel.latencies.append(r.book.summary(drain=drain))
             knobs = r.pool.knobs
             tel.pools.append(
                 telemetry_pb2.PoolStatus(
