@@ -6,8 +6,9 @@ previous plan, a fresh policy instance each repeat: nothing kept from an earlier
 steady (the allocator loop's case: one policy instance, the same spec objects, each repeat one
 more tick whose previous plan is the tick before's result, so hysteresis is on and the policy's
 memo of its last tick is used). The table shows medians over repeats of the whole allocate()
-call and of the unit allocation alone (dmug.plan_units, without materialising Decision
-objects), wall-clock and CPU time, and the best (least disturbed) wall time of the repeats.
+call and of the unit allocation alone (plan_units, without materialising Decision
+objects), wall-clock and CPU time, and the best (least disturbed) wall time of the repeats;
+every call is timed with the cyclic collector paused, as the allocator's loop runs a tick.
 
     .venv/bin/python bench/bench_dmug.py [--sizes 10,100,1000,10000] [--repeats 15] [--seed 7]
 """
@@ -27,9 +28,12 @@ import numpy as np
 # measure the checkout this script is in, not whichever copy the environment has installed
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from services.core import dmug
+from services.allocator.gcpause import cyclic_gc_paused
+from services.core.dmug import plan_units, tie_rank
+from services.core.marginal import MarginalPhase, marginal_phase_fast
 from services.core.model import IntentSpec, LaneCapacity, NodeState, PlanInput
 from services.core.policies.registry import get_policy
+from tests.core.dmug_reference import marginal_phase_reference
 
 CLASSES = ("ONLINE",) * 8 + ("ROBOT",) * 2 + ("URGENT",) + ("BATCH",) * 9
 
@@ -97,10 +101,11 @@ def median_ms(fn, repeats: int, prepare=None) -> tuple[float, float, float]:
     for _ in range(repeats):
         if prepare is not None:
             prepare()
-        w0, c0 = time.perf_counter(), time.process_time()
-        fn()
-        cpu.append(time.process_time() - c0)
-        wall.append(time.perf_counter() - w0)
+        with cyclic_gc_paused():  # as the allocator's loop runs a tick
+            w0, c0 = time.perf_counter(), time.process_time()
+            fn()
+            cpu.append(time.process_time() - c0)
+            wall.append(time.perf_counter() - w0)
     return statistics.median(wall) * 1e3, statistics.median(cpu) * 1e3, min(wall) * 1e3
 
 
@@ -128,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
                     a_wall, a_cpu, a_best = median_ms(
                         lambda s=cold: get_policy("parfusion").allocate(s), repeats
                     )
-                    p_wall, p_cpu, p_best = median_ms(lambda s=cold: dmug.plan_units(s), repeats)
+                    p_wall, p_cpu, p_best = median_ms(lambda s=cold: plan_units(s), repeats)
                     r = policy.allocate(cold)
                 else:
                     loop = Ticks(get_policy("parfusion"), cold)
@@ -141,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
                     kept = getattr(loop.policy, "memo", None)
                     memo = {"memo": dataclasses.replace(kept)} if kept is not None else {}
                     p_wall, p_cpu, p_best = median_ms(
-                        lambda s=state, m=memo: dmug.plan_units(s, **m), repeats
+                        lambda s=state, m=memo: plan_units(s, **m), repeats
                     )
                 granted = sum(d.units for d in r.decisions)
                 risky = sum(1 for d in r.decisions if d.deadline_risk > 0.5)
@@ -159,31 +164,26 @@ def main(argv: list[str] | None = None) -> int:
         intents = make_intents(n, random.Random(ns.seed))
         total_min = sum(s.min_units for s in intents)
         state = PlanInput(intents=intents, node=make_node(2 * total_min))
-        table, plan = dmug.plan_units(state)
+        table, plan = plan_units(state)
         # the tick's phase 3: running intents from what phases 1-2 gave them
         rows = np.flatnonzero((plan.units > 0) & (plan.preempted_units == 0))
         dl = table.has_deadline[rows]
         start = np.where(
             dl, np.maximum(plan.need[rows], table.min_units[rows]), table.min_units[rows]
         )
-        phase = dmug.MarginalPhase(
+        phase = MarginalPhase(
             rows=rows,
             start=start,
             level=plan.level[rows],
-            rank=dmug.tie_rank(table),
+            rank=tie_rank(table),
             budget=int(state.node.cpu_units - start.sum()),
         )
-        f_wall, _, _ = median_ms(
-            lambda t=table, p=phase: dmug.marginal_phase_fast(t, p), ns.repeats
-        )
+        f_wall, _, _ = median_ms(lambda t=table, p=phase: marginal_phase_fast(t, p), ns.repeats)
         h_wall, _, _ = median_ms(
-            lambda t=table, p=phase: dmug.marginal_phase_reference(t, p), 3 if n >= 1000 else 7
+            lambda t=table, p=phase: marginal_phase_reference(t, p), 3 if n >= 1000 else 7
         )
         same = bool(
-            (
-                dmug.marginal_phase_fast(table, phase)
-                == dmug.marginal_phase_reference(table, phase)
-            ).all()
+            (marginal_phase_fast(table, phase) == marginal_phase_reference(table, phase)).all()
         )
         sys.stdout.write(f"{n:>8} {phase.budget:>7} {f_wall:>14.3f} {h_wall:>9.3f} {same!s:>6}\n")
     return 0

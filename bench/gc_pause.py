@@ -1,7 +1,7 @@
 """What pausing the cyclic garbage collector for a tick is worth: one process, ticks alternating.
 
-Even ticks run as the policies do (services/core/gcpause.py: the collector paused for the
-tick), odd ticks with the pause replaced by a no-op, so both halves see the same background load
+Even ticks run as the allocator's loop runs them (services/allocator/gcpause.py: the collector
+paused for the tick), odd ticks without the pause, so both halves see the same background load
 and the same heap. Each tick is timed together with one container allocation right after it,
 which is where a collection the pause deferred would run, so deferred work is counted. `--heap`
 adds that many long-lived containers, standing in for what a long-running allocator holds (the
@@ -25,9 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench_dmug import make_intents, make_node  # noqa: E402
 
-from services.core import gcpause  # noqa: E402
+from services.allocator.gcpause import cyclic_gc_paused  # noqa: E402
 from services.core.model import PlanInput  # noqa: E402
-from services.core.policies import parfusion as family  # noqa: E402
 from services.core.policies.registry import get_policy  # noqa: E402
 
 
@@ -42,23 +41,19 @@ def alternate(state: PlanInput, tick: str, ticks: int) -> tuple[float, float]:
     result = policy.allocate(state)
     current = state
     times: dict[bool, list[float]] = {True: [], False: []}
-    try:
-        for k in range(ticks + 2):  # the first two warm up
-            paused = k % 2 == 0
-            family.cyclic_gc_paused = (  # type: ignore[assignment]
-                gcpause.cyclic_gc_paused if paused else contextlib.nullcontext
-            )
-            if tick == "steady":
-                current = dataclasses.replace(state, previous=result.by_id(), tick=current.tick + 1)
-            else:
-                policy = get_policy("parfusion")
-            t0 = time.perf_counter()
+    for k in range(ticks + 2):  # the first two warm up
+        paused = k % 2 == 0
+        pause = cyclic_gc_paused if paused else contextlib.nullcontext
+        if tick == "steady":
+            current = dataclasses.replace(state, previous=result.by_id(), tick=current.tick + 1)
+        else:
+            policy = get_policy("parfusion")
+        t0 = time.perf_counter()
+        with pause():
             result = policy.allocate(current)
-            _Probe()  # a tracked allocation: a collection the pause deferred runs here
-            if k >= 2:
-                times[paused].append(time.perf_counter() - t0)
-    finally:
-        family.cyclic_gc_paused = gcpause.cyclic_gc_paused  # type: ignore[assignment]
+        _Probe()  # a tracked allocation: a collection the pause deferred runs here
+        if k >= 2:
+            times[paused].append(time.perf_counter() - t0)
     return statistics.median(times[True]) * 1e3, statistics.median(times[False]) * 1e3
 
 

@@ -1,10 +1,9 @@
 """The headless driver: the allocator's tick loop against the modeled node, on a simulated clock.
 
 Each tick does what services/allocator/loop.py does, with the same pieces: pull the node's
-telemetry (the modeled backend's NodeTelemetry), feed the recent service times to the
-allocator's Predictor at the parallelism they ran with, build the NodeState (contention and the
-active disturbance through services.core.convert), run ``get_policy(name).allocate``, turn
-the result into the NodePlan (services.allocator.plans) and apply it to the node. Intents come
+telemetry (the modeled backend's NodeTelemetry), build the NodeState (contention and the
+active disturbance through services.core.convert), run the core's ``plan_tick`` (the recent
+service times into the Predictor, then ``get_policy(name)``'s plan), turn the result into the NodePlan (services.allocator.plans) and apply it to the node. Intents come
 and go (the urgent event) and disturbances arrive through InjectDisturbance, between ticks. No
 thread sleeps: one simulated minute takes well under a second.
 """
@@ -22,9 +21,9 @@ from experiments.scenario import Event, Scenario
 from parfusion.v1 import intent_pb2
 from services.allocator import plans
 from services.core import convert, model
-from services.core.formulas import observation_factor
 from services.core.policies.registry import get_policy
 from services.core.predictor import Predictor
+from services.core.tick import observations, plan_tick
 from services.nodeagent.backend import BackendOptions
 from services.nodeagent.modeled import ModeledBackend
 from services.sim.params import ModelParams
@@ -121,28 +120,11 @@ def run_policy(
             contention=convert.node_contention(tel),
             disturbance=convert.active_disturbance(tel),
         )
-        workers = {p.intent_id: p.workers for p in tel.pools}
-        by_id = {s.id: s for s in specs}
-        for summary in tel.latencies:
-            spec = by_id.get(summary.intent_id)
-            if spec is not None and summary.recent_service_ms:
-                units = workers.get(summary.intent_id) or allocated.get(summary.intent_id) or 1
-                last = previous.get(summary.intent_id)
-                level = last.degradation if last is not None else "NORMAL"
-                factor = observation_factor(spec, node, dmug_config, level)
-                predictor.observe_many(
-                    summary.intent_id, list(summary.recent_service_ms), units=units, factor=factor
-                )
-        state = model.PlanInput(
-            intents=specs,
-            node=node,
-            stats=predictor.snapshot(),
-            previous=previous,
-            tick=tick,
-            config=dmug_config,
-        )
         started = time.perf_counter()
-        result = policy.allocate(state)
+        result = plan_tick(
+            policy, predictor, specs, node, previous=previous, tick=tick, config=dmug_config,
+            seen=observations(tel), allocated=allocated,
+        )  # fmt: skip
         run.decision_ms.append((time.perf_counter() - started) * 1000.0)
         previous = result.by_id()
         plan = plans.node_plan(

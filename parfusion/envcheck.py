@@ -1,6 +1,9 @@
 """`parfusion check-env` (scripts/check_env.sh): what this machine offers PARFusion, read-only.
 
-Nothing is changed: it reads /proc and /sys, asks NVML, and probes the service ports.
+Nothing is changed: it reads /proc and /sys, asks NVML, and probes the ports this
+configuration will use (parfusion.endpoints: the same resolution as `parfusion up`, so
+PARFUSION_ALLOCATOR_PORT=51051 is checked as 51051). cgroup v2 is found by the node agent's own
+detection (services.nodeagent.cgroupfs.detect), so both report the same mount.
 """
 
 from __future__ import annotations
@@ -10,12 +13,14 @@ import os
 import shutil
 import socket
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import psutil
 
-from parfusion.services import SERVICES
+from parfusion.endpoints import Endpoint, endpoints
+from services.nodeagent.cgroupfs import CgroupDetection, detect
 
 
 def _read(path: str) -> str | None:
@@ -25,10 +30,34 @@ def _read(path: str) -> str | None:
         return None
 
 
-def _port_in_use(port: int) -> bool:
-    with socket.socket() as s:
+def _port_in_use(host: str, port: int) -> bool:
+    try:
+        infos = socket.getaddrinfo(host.strip("[]"), port, type=socket.SOCK_STREAM)
+    except OSError:
+        return False
+    family, kind, proto, _, addr = infos[0]
+    with socket.socket(family, kind, proto) as s:
         s.settimeout(0.2)
-        return s.connect_ex(("127.0.0.1", port)) == 0
+        return s.connect_ex(addr) == 0
+
+
+def cgroup_row(found: CgroupDetection) -> tuple[str, str, bool]:
+    """What the node agent will see: the cgroup2 mount (unified or hybrid) and its controllers."""
+    if not found.unified:
+        return ("cgroup v2", "no cgroup2 mount (plans stay dry-run)", False)
+    layout = "unified" if found.mount_point == "/sys/fs/cgroup" else "hybrid (v1 beside it)"
+    controllers = " ".join(found.controllers) or "(none)"
+    return ("cgroup v2", f"{layout} at {found.mount_point}, controllers: {controllers}", True)
+
+
+def ports_row(where: Mapping[str, Endpoint]) -> tuple[str, str, bool]:
+    """Every port this configuration binds, each probed on the address its peers dial."""
+    planned = [(name, ep.host, p) for name, ep in where.items() for p in ep.ports]
+    busy = [f"{name}:{p}" for name, host, p in planned if _port_in_use(host, p)]
+    listed = ", ".join(f"{name}:{p}" for name, _, p in planned)
+    if busy:
+        return ("ports", f"in use: {', '.join(busy)} (of {listed})", False)
+    return ("ports", f"free: {listed}", True)
 
 
 def _nvml() -> str:
@@ -63,16 +92,7 @@ def checks() -> list[tuple[str, str, bool]]:
             True,
         )
     )
-    controllers = _read("/sys/fs/cgroup/cgroup.controllers")
-    rows.append(
-        (
-            "cgroup v2",
-            f"unified hierarchy, controllers: {controllers or '(none)'}"
-            if controllers is not None
-            else "not mounted (plans stay dry-run)",
-            controllers is not None,
-        )
-    )
+    rows.append(cgroup_row(detect()))
     psi = _read("/proc/pressure/cpu")
     rows.append(("PSI", "available" if psi else "not available (/proc/pressure)", bool(psi)))
     autogroup = _read("/proc/sys/kernel/sched_autogroup_enabled")
@@ -111,10 +131,7 @@ def checks() -> list[tuple[str, str, bool]]:
             docker_sock,
         )
     )
-    busy = [f"{s.name}:{p}" for s in SERVICES for p in s.ports if _port_in_use(p)]
-    rows.append(
-        ("ports", f"in use: {', '.join(busy)}" if busy else "all PARFusion ports free", not busy)
-    )
+    rows.append(ports_row({n: ep for n, ep in endpoints().items() if ep.spec.exists()}))
     return rows
 
 

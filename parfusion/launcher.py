@@ -1,6 +1,8 @@
 """The embedded launcher: `parfusion up` starts every service as a local process on loopback,
 waits for each to be healthy, prints the addresses and stops them all on Ctrl-C. `--detach`
-leaves them running under run/launcher.json until `parfusion down`.
+leaves them running under run/launcher.json until `parfusion down`. Ports and peer addresses
+come from one resolution (parfusion.endpoints): PARFUSION_ALLOCATOR_PORT=51051 moves the
+allocator and every service that dials it, and `parfusion status` looks there too.
 """
 
 from __future__ import annotations
@@ -18,9 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from parfusion.endpoints import endpoint, peer_environment
 from parfusion.healthcheck import check_grpc, check_http
 from parfusion.services import SERVICES, ServiceSpec, available_services
-from services.common.config import ConfigError, build_settings, project_home
+from services.common.config import project_home
 
 PR_SET_PDEATHSIG = 1
 STATE_FILE = "launcher.json"
@@ -41,24 +44,12 @@ def _die_with_parent() -> None:
         pass
 
 
-def effective_port(spec: ServiceSpec) -> int:
-    """The port the service will really bind: configs/demo.yaml plus PARFUSION_<NAME>_PORT."""
-    try:
-        return build_settings(spec.name).port or spec.port
-    except ConfigError:
-        return spec.port
-
-
-def service_url(spec: ServiceSpec) -> str:
-    port = effective_port(spec)
-    return f"127.0.0.1:{port}" if spec.protocol == "grpc" else f"http://127.0.0.1:{port}"
-
-
-def healthy(spec: ServiceSpec, host: str = "127.0.0.1", timeout: float = 1.0) -> bool:
-    port = effective_port(spec)
+def healthy(spec: ServiceSpec, timeout: float = 1.0) -> bool:
+    """Serving where this configuration says it listens (parfusion.endpoints)."""
+    address = endpoint(spec).address
     if spec.protocol == "grpc":
-        return check_grpc(f"{host}:{port}", timeout=timeout)
-    return check_http(f"http://{host}:{port}/healthz", timeout=timeout)
+        return check_grpc(address, timeout=timeout)
+    return check_http(f"{address}/healthz", timeout=timeout)
 
 
 def start_service(
@@ -199,10 +190,12 @@ def up(args: argparse.Namespace) -> int:
     busy = [s for s in specs if healthy(s, timeout=0.3)]
     if busy:
         print(
-            f"port(s) already serving: {', '.join(f'{s.name}={s.port}' for s in busy)}",
+            f"already serving: {', '.join(f'{s.name}={endpoint(s).address}' for s in busy)}",
             file=sys.stderr,
         )
         return 1
+    # Every peer address follows the ports and host this configuration gives its target.
+    peers = peer_environment()
     started: list[Started] = []
 
     def stop_all() -> None:
@@ -235,7 +228,7 @@ def up(args: argparse.Namespace) -> int:
         if stopping:
             return interrupted()
         print(f"starting {spec.name:<10} ...", end=" ", flush=True)
-        s = start_service(spec, home, detach=args.detach)
+        s = start_service(spec, home, detach=args.detach, extra_env=peers)
         started.append(s)
         if not wait_healthy(s, args.timeout, cancelled=lambda: stopping):
             if stopping:
@@ -244,7 +237,7 @@ def up(args: argparse.Namespace) -> int:
             print(f"--- {s.log_path} (last lines) ---\n{_tail(s.log_path)}", file=sys.stderr)
             stop_all()
             return 1
-        print(f"ok  {service_url(spec):<24} pid {s.proc.pid}")
+        print(f"ok  {endpoint(spec).address:<24} pid {s.proc.pid}")
         _write_state(home, {**previous, **{x.spec.name: x.proc.pid for x in started}})
     if stopping:
         return interrupted()
@@ -273,21 +266,11 @@ def up(args: argparse.Namespace) -> int:
 def _print_addresses(specs: list[ServiceSpec]) -> None:
     print("\nPARFusion services:")
     for s in specs:
-        url = service_url(s)
-        metrics = (
-            f"http://127.0.0.1:{_metrics_port(s)}/metrics" if s.metrics_port else f"{url}/metrics"
-        )
-        print(f"  {s.name:<10} {s.protocol:<4} {url:<24} metrics {metrics}")
+        ep = endpoint(s)
+        print(f"  {s.name:<10} {s.protocol:<4} {ep.address:<24} metrics {ep.metrics_url}")
     for s in specs:
         if s.name == "dashboard":
-            print(f"\nDashboard: {service_url(s)}/")
-
-
-def _metrics_port(spec: ServiceSpec) -> int:
-    try:
-        return build_settings(spec.name).metrics_port or spec.metrics_port or 0
-    except ConfigError:
-        return spec.metrics_port or 0
+            print(f"\nDashboard: {endpoint(s).address}/")
 
 
 def down(args: argparse.Namespace) -> int:
@@ -326,7 +309,7 @@ def status(_args: argparse.Namespace) -> int:
         all_ok &= ok
         pid = pids.get(s.name)
         print(
-            f"  {s.name:<10} {'SERVING' if ok else 'DOWN':<8} {service_url(s):<24} {f'pid {pid}' if pid else ''}"
+            f"  {s.name:<10} {'SERVING' if ok else 'DOWN':<8} {endpoint(s).address:<24} {f'pid {pid}' if pid else ''}"
         )
     return 0 if all_ok else 1
 

@@ -1,8 +1,8 @@
 """The policy phases' control loop: the allocator's own policy and predictor, ticked on the agent.
 
 Every tick: read the agent's telemetry (service-time samples since the last read, pool sizes,
-pressure), feed the allocator's Predictor, run the registry policy on a PlanInput exactly as
-the allocator's loop builds it, turn the decisions into a NodePlan with the allocator's plan
+pressure), run the core's plan_tick with the registry policy and the allocator's Predictor
+exactly as the allocator's loop does, turn the decisions into a NodePlan with the allocator's plan
 builder and apply it through the real backend. The thread's CPU time is the controller cost.
 """
 
@@ -21,6 +21,7 @@ from services.allocator import plans
 from services.core import convert, model
 from services.core.policies.registry import get_policy
 from services.core.predictor import Predictor
+from services.core.tick import observations, plan_tick
 from services.nodeagent.real import RealBackend
 
 PROTO_CLASS = {
@@ -58,6 +59,7 @@ class PolicyController:
         self.policy = get_policy(self.policy_name)
         self.predictor = Predictor()
         self._previous: dict[str, model.Decision] = {}
+        self._workers: dict[str, int] = {}  # the last plan's workers per intent
         self._stop = threading.Event()
         self._thread = threading.Thread(
             target=self._run, name=f"controller-{self.policy_name}", daemon=True
@@ -91,13 +93,6 @@ class PolicyController:
     def tick(self) -> None:
         cpu0 = time.thread_time()
         tel = self.backend.telemetry()
-        workers = {p.intent_id: p.workers for p in tel.pools}
-        for summary in tel.latencies:
-            if summary.recent_service_ms:
-                units = workers.get(summary.intent_id) or 1
-                self.predictor.observe_many(
-                    summary.intent_id, list(summary.recent_service_ms), units=units
-                )
         arena = tuple(tel.arena_cpus)
         node = model.NodeState(
             name="bench",
@@ -106,16 +101,11 @@ class PolicyController:
             contention=convert.node_contention(tel),
         )
         self.ticks += 1
-        state = model.PlanInput(
-            intents=tuple(self.intents),
-            node=node,
-            stats=self.predictor.snapshot(),
-            previous=self._previous,
-            tick=self.ticks,
-            config=self.config,
-        )
         started = time.perf_counter()
-        result = self.policy.allocate(state)
+        result = plan_tick(
+            self.policy, self.predictor, self.intents, node, previous=self._previous,
+            tick=self.ticks, config=self.config, seen=observations(tel), allocated=self._workers,
+        )  # fmt: skip
         decision_ms = (time.perf_counter() - started) * 1000.0
         self._previous = result.by_id()
         created = Timestamp()
@@ -128,6 +118,7 @@ class PolicyController:
             created_at=created,
             decision_ms=decision_ms,
         )
+        self._workers = {a.intent_id: a.workers for a in plan.allocations}
         for alloc in plan.allocations:
             shape(alloc, self.cal, self.rate_per_s)
         for applied in self.backend.apply(plan):

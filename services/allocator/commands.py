@@ -1,6 +1,7 @@
 """`parfusion submit | intents | plan | policy`: the allocator's command-line client.
 
-Each command talks gRPC to the allocator (``--address``, default 127.0.0.1:50051) with a
+Each command talks gRPC to the allocator (``--address``; by default where this configuration
+puts it, PARFUSION_ALLOCATOR_PORT and PARFUSION_HOST included, as `parfusion up` does) with a
 deadline (``--timeout``); the API token rides along from PARFUSION_API_TOKEN. A failed call
 prints its status code and details to stderr and exits non-zero: 1 for a refused call, 2 for a
 bad intent file, 3 when the allocator cannot be reached.
@@ -18,21 +19,21 @@ from typing import Any
 import grpc
 from google.protobuf import json_format
 
+from parfusion.endpoints import address_of
 from parfusion.v1 import allocator_pb2, allocator_pb2_grpc, intent_pb2
 from services.common.clients import channel
 from services.common.errors import DomainError
 from services.common.latency import format_ms
 from services.core.convert import intents_in_file
 
-DEFAULT_ADDRESS = "127.0.0.1:50051"
 CLASSES = ("ONLINE", "BATCH", "ROBOT", "URGENT")
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--address",
-        default=DEFAULT_ADDRESS,
-        help=f"allocator gRPC address (default {DEFAULT_ADDRESS})",
+        help="allocator gRPC address (default: where this configuration puts it, "
+        "PARFUSION_ALLOCATOR_PORT and PARFUSION_HOST included; 127.0.0.1:50051 out of the box)",
     )
     parser.add_argument("--timeout", type=float, default=5.0, help="seconds per call (default 5)")
     parser.add_argument("--json", action="store_true", help="print the reply as proto JSON")
@@ -55,7 +56,7 @@ def _call(
     ns: argparse.Namespace, fn: Callable[[allocator_pb2_grpc.AllocatorServiceStub], int]
 ) -> int:
     try:
-        with channel(ns.address) as ch:
+        with channel(ns.address or address_of("allocator")) as ch:
             return fn(allocator_pb2_grpc.AllocatorServiceStub(ch))
     except BrokenPipeError:  # output piped into `head` and the like
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - keep interpreter exit quiet

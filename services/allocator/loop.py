@@ -13,11 +13,10 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,15 +24,16 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from parfusion.v1 import intent_pb2, telemetry_pb2
 from services.allocator import metrics, plans
+from services.allocator.gcpause import cyclic_gc_paused
 from services.allocator.peers import GpuLaneClient, NodeAgentClient
 from services.allocator.store import IntentStore, StoredIntent
 from services.allocator.watch import PlanFeed, PlanSnapshot
 from services.common.memory import ShrinkWatch, release_freed_memory
 from services.core import convert, model
-from services.core.formulas import observation_factor
 from services.core.policies.base import Policy
 from services.core.policies.registry import get_policy
 from services.core.predictor import Predictor
+from services.core.tick import observations, observe, plan_tick
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +53,30 @@ class LoopConfig:
     @property
     def rpc_timeout_s(self) -> float:
         return max(0.05, self.tick_s / 2)
+
+
+class _LockedPredictor:
+    """The loop's predictor behind a lock: telemetry threads feed it while ticks and previews
+    read it (the predictor itself is plain data, not thread-safe)."""
+
+    def __init__(self, predictor: Predictor) -> None:
+        self.predictor = predictor
+        self.lock = threading.Lock()
+
+    def observe_many(
+        self, intent_id: str, samples: Iterable[float], units: int = 1, factor: float = 1.0
+    ) -> None:
+        with self.lock:
+            self.predictor.observe_many(intent_id, samples, units=units, factor=factor)
+
+    def snapshot(self) -> dict[str, model.ServiceStats]:
+        with self.lock:
+            return self.predictor.snapshot()
+
+    def forget(self, intent_ids: Iterable[str]) -> None:
+        with self.lock:
+            for intent_id in intent_ids:
+                self.predictor.forget(intent_id)
 
 
 @dataclass
@@ -80,7 +104,7 @@ class ControlLoop:
         self.config = config
         self._policy = get_policy(policy)
         self.predictor = predictor or Predictor()
-        self._predictor_lock = threading.Lock()  # the predictor is plain data, not thread-safe
+        self._stats = _LockedPredictor(self.predictor)
         self._clock = clock
         self._lock = threading.RLock()
         self._telemetry = _Telemetry()
@@ -159,24 +183,21 @@ class ControlLoop:
     def _tick_once(self) -> PlanSnapshot | None:
         pulls = self._start_pulls()
         specs, intents = self._current_intents()
-        self._finish_pulls(pulls, intents)
+        self._finish_pulls(pulls)
         with self._lock:
             node = self._node_state()
             policy = self._policy
             previous = self._previous
             tick = self._tick + 1
-        stats = self.service_stats()
-        state = model.PlanInput(
-            intents=specs,
-            node=node,
-            stats=stats,
-            previous=previous,
-            tick=tick,
-            config=self.config.dmug,
-        )
         started = time.perf_counter()
         try:
-            result = policy.allocate(state)
+            # the cyclic collector paused for the tick: it builds many short-lived containers,
+            # none in a cycle (docs/performance.md)
+            with cyclic_gc_paused():
+                result = plan_tick(
+                    policy, self._stats, specs, node, previous=previous, tick=tick,
+                    config=self.config.dmug,
+                )  # fmt: skip
         except Exception as exc:
             self._note_policy_error(policy.name, exc)
             return None
@@ -252,9 +273,7 @@ class ControlLoop:
             if gone:  # replaced, not changed: the allocation cache hands out these dicts
                 self._plan_rows = {i: k for i, k in self._plan_rows.items() if i not in gone}
                 self._workers = {i: w for i, w in self._workers.items() if i not in gone}
-        with self._predictor_lock:
-            for intent_id in gone:
-                self.predictor.forget(intent_id)
+        self._stats.forget(gone)
         self.metrics.forget(gone)
         if self._shrink.shrunk(len(intents)):
             release_freed_memory()  # thousands of intents left: give their memory back
@@ -270,13 +289,11 @@ class ControlLoop:
         gpu = self.gpulane.start_pull(timeout) if self.gpulane else None
         return node, gpu
 
-    def _finish_pulls(
-        self, pulls: tuple[Any, Any], intents: Mapping[str, intent_pb2.ResourceIntent]
-    ) -> None:
+    def _finish_pulls(self, pulls: tuple[Any, Any]) -> None:
         node_future, gpu_future = pulls
         node = self.nodeagent.finish_pull(node_future) if self.nodeagent and node_future else None
         gpu = self.gpulane.finish_pull(gpu_future) if self.gpulane and gpu_future else None
-        self._accept(node, gpu, intents, self.nodeagent.pool_workers if self.nodeagent else None)
+        self._accept(node, gpu)
 
     def _push(
         self, snapshot: PlanSnapshot, header: intent_pb2.NodePlan, entries: dict[str, bytes]
@@ -307,8 +324,8 @@ class ControlLoop:
         self, node: telemetry_pb2.NodeTelemetry | None, gpu: telemetry_pb2.GpuTelemetry | None
     ) -> int:
         """ReportTelemetry: the push path into the same state the pull path feeds."""
-        _, intents = self._current_intents()
-        self._accept(node, gpu, intents)
+        self._current_intents()  # the service times are taken for the intents planned now
+        self._accept(node, gpu)
         with self._lock:
             return self._generation
 
@@ -316,12 +333,7 @@ class ControlLoop:
         self,
         node: telemetry_pb2.NodeTelemetry | None,
         gpu: telemetry_pb2.GpuTelemetry | None,
-        intents: Mapping[str, intent_pb2.ResourceIntent],
-        pool_workers: Callable[[str], int | None] | None = None,
     ) -> None:
-        """Take in telemetry. ``pool_workers``: the workers of an intent's pool as the node
-        agent last reported them (a delta reply carries only the pools that changed); without
-        it, the pools in ``node`` are all there are."""
         if node is not None:
             wall = Timestamp()
             wall.GetCurrentTime()
@@ -330,44 +342,27 @@ class ControlLoop:
                 self._telemetry.node_at = self._clock()
                 self._telemetry.node_wall = wall
                 self._telemetry.contention = convert.node_contention(node)
-            if pool_workers is None:
-                pool_workers = {p.intent_id: p.workers for p in node.pools}.get
-            self._observe(node, intents, pool_workers)
+            self._observe(node)
         if gpu is not None:
             with self._lock:
                 self._telemetry.gpu = gpu
 
-    def _observe(
-        self,
-        node: telemetry_pb2.NodeTelemetry,
-        intents: Mapping[str, intent_pb2.ResourceIntent],
-        pool_workers: Callable[[str], int | None],
-    ) -> None:
-        """Service times go to the predictor at the parallelism they ran with (the pool's
-        workers, else the last allocation's) and the latency factor they ran under (the last
-        decision's degradation level, the node's pressure), so it can rescale them to NORMAL."""
+    def _observe(self, node: telemetry_pb2.NodeTelemetry) -> None:
+        """The node's service times go to the predictor as a tick feeds them
+        (services/core/tick.py: observe), as soon as they arrive (pulled or pushed)."""
         with self._lock:
-            allocated = dict(self._workers)
+            allocated = self._workers
             previous = self._previous
-            specs = {s.id: s for s in self._specs}
+            specs = self._specs
             node_state = self._node_state()
-        for summary in node.latencies:
-            if summary.intent_id not in intents or not summary.recent_service_ms:
-                continue
-            units = pool_workers(summary.intent_id) or allocated.get(summary.intent_id) or 1
-            samples = [x for x in summary.recent_service_ms if math.isfinite(x) and x >= 0]
-            spec, last = specs.get(summary.intent_id), previous.get(summary.intent_id)
-            factor = 1.0
-            if spec is not None:
-                level = last.degradation if last is not None else "NORMAL"
-                factor = observation_factor(spec, node_state, self.config.dmug, level)
-            with self._predictor_lock:
-                self.predictor.observe_many(summary.intent_id, samples, units=units, factor=factor)
+        observe(
+            self._stats, observations(node), specs, node_state, previous, allocated,
+            self.config.dmug,
+        )  # fmt: skip
 
     def service_stats(self) -> dict[str, model.ServiceStats]:
         """The predictor's per-intent statistics, as the policies read them."""
-        with self._predictor_lock:
-            return self.predictor.snapshot()
+        return self._stats.snapshot()
 
     def _node_state(self) -> model.NodeState:
         """Capacity, lanes, contention and disturbance from the last known telemetry."""
@@ -458,16 +453,12 @@ class ControlLoop:
                 dataclasses.replace(s, arrival_rate_per_s=s.arrival_rate_per_s * arrival_rate_scale)
                 for s in specs
             )
-        state = model.PlanInput(
-            intents=specs,
-            node=node,
-            stats=self.service_stats(),
-            previous=previous,
-            tick=tick,
-            config=self.config.dmug,
-        )
         started = time.perf_counter()
-        result = policy.allocate(state)
+        with cyclic_gc_paused():
+            result = plan_tick(
+                policy, self._stats, specs, node, previous=previous, tick=tick,
+                config=self.config.dmug,
+            )  # fmt: skip
         seconds = time.perf_counter() - started
         created = Timestamp()
         created.GetCurrentTime()

@@ -133,12 +133,14 @@ class NodeAgentClient(_Peer):
             # observations; the next pull asks for everything
             self.pools.clear()
             metrics.RESYNCS.labels(self.name, "telemetry").inc()
-        return reply.telemetry  # type: ignore[no-any-return]
-
-    def pool_workers(self, intent_id: str) -> int:
-        """Workers of the intent's pool as the agent last reported them (0: no pool)."""
-        entry = self.pools.entries.get(intent_id)
-        return 0 if entry is None else telemetry_pb2.PoolStatus.FromString(entry).workers
+        telemetry: telemetry_pb2.NodeTelemetry = reply.telemetry
+        # a delta holds only the pools that changed: the intents it reports samples for get
+        # their pool as held, so the samples are read at the workers they ran with
+        for summary in telemetry.latencies:
+            held = self.pools.entries.get(summary.intent_id)
+            if held is not None and summary.intent_id not in pools:
+                telemetry.pools.add().MergeFromString(held)
+        return telemetry
 
     def start_push(
         self, header: intent_pb2.NodePlan, entries: dict[str, bytes], timeout_s: float

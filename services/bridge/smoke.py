@@ -16,7 +16,7 @@ import time
 
 import httpx
 
-from services.common.config import ConfigError, build_settings
+from parfusion.endpoints import address_of
 
 log = logging.getLogger("parfusion.bridge.smoke")
 
@@ -44,11 +44,7 @@ def _check(condition: bool, what: str) -> None:
 
 
 def default_url() -> str:
-    try:
-        port = build_settings("bridge").port or 18083
-    except ConfigError:
-        port = 18083
-    return f"http://127.0.0.1:{port}"
+    return address_of("bridge")
 
 
 def run(url: str, timeout_s: float) -> None:

@@ -1,34 +1,10 @@
 """What a policy keeps from one tick to the next so that unchanged intents cost almost nothing.
 
-The allocator loop hands the policy the same immutable IntentSpec objects every tick while the
-store has not changed, and the previous tick's Decision objects as ``previous``. Both are frozen,
-so object identity is a safe key:
-
-* ``SpecColumns``: the intents' own fields as columns, kept while the spec objects are the ones
-  they were read from; when some are not (a submit, update or delete: the loop converts only
-  the intents the store replaced and keeps the other spec objects), only the new objects are
-  read and the rest are gathered from the old columns;
-* ``LastDecisions``: the Decision objects the policy built last tick and the field columns they
-  were built from. A row whose new fields are all equal (floats compared bit for bit) to those
-  of last tick's row for the same intent id keeps that Decision object, and only the other rows
-  are built; when ``previous`` holds exactly those objects, the previous units and dwell ticks
-  come from their columns instead of attribute reads;
-* ``LastReasons``: last tick's reason texts and every column their templates read; a row whose
-  inputs are all equal (bit for bit) to last tick's for the same intent id keeps its text, and
-  only the other rows are formatted;
-* ``table.BaseColumns``: what follows from the spec columns and the node's unit capacity alone
-  (caps, minimums, weights, tie rank), kept while both are the same;
-* ``LastService``: the service-time columns from the predictor's statistics; a row whose
-  ServiceStats object is the one they were computed from (the predictor hands out the same
-  object until a new sample arrives) keeps its values, for the same spec columns.
-
-Rows are matched by intent id (``changed_from``), so an intent added or dropped, which moves
-the later rows, leaves the others' Decisions and texts in place.
-
-Nothing here changes a result: a hit gives the same columns / an equal Decision / the same
-text as a miss. The memo lives on the policy instance (one per allocator loop, experiment run or
-preview), never in a module global; each slot is replaced by one assignment, so a concurrent
-preview can at worst make the next tick miss.
+The loop hands a policy the same frozen IntentSpec objects while the store is unchanged, and
+last tick's Decisions as ``previous``; TickMemo keeps the columns read from them (columns.py)
+and the Decisions and reason texts built last tick, reused row by row where the inputs are
+equal bit for bit (rows matched by intent id). A hit gives the same result as a miss. The memo
+lives on the policy instance, never in a module global.
 """
 
 from __future__ import annotations
@@ -36,129 +12,18 @@ from __future__ import annotations
 import itertools
 import operator
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
-from services.core.model import Decision, IntentSpec, ServiceStats
-
-if TYPE_CHECKING:
-    from services.core.table import BaseColumns
-
-NUMERIC_FIELDS = (
-    "priority",
-    "deadline_ms",
-    "min_units",
-    "max_units",
-    "preferred_units",
-    "parallel_fraction",
-    "base_service_ms",
-    "arrival_rate_per_s",
-    "seq",
+from services.core.columns import (
+    BaseColumns,
+    LastService,
+    SpecColumns,
+    read_spec_columns,
 )
-_NUMERIC_GETTER = operator.attrgetter(*NUMERIC_FIELDS)
-_OTHER_GETTERS = tuple(
-    map(
-        operator.attrgetter,
-        ("id", "workload_class", "gpu_lane", "gpu_share", "degradation", "preemptible", "elastic",
-         "gpu_stream_priority_hint", "gpu_concurrency"),
-    )
-)  # fmt: skip
-_ID = operator.attrgetter("id")
-CLASS_CODES = {"ONLINE": 0, "BATCH": 1, "ROBOT": 2, "URGENT": 3}
-_BATCH_CODE = CLASS_CODES["BATCH"]
-
-
-def _ladder_bits(ladder: tuple[str, ...]) -> tuple[bool, bool, bool]:
-    return (True, "FP16" in ladder, "INT8" in ladder)
-
-
-def _frozen(a: np.ndarray) -> np.ndarray:
-    a.flags.writeable = False  # shared between ticks: an in-place write would go stale
-    return a
-
-
-@dataclass(frozen=True)
-class SpecColumns:
-    """The intents' fields as read-only columns (index i = position in the intents sequence)."""
-
-    specs: tuple[IntentSpec, ...]
-    numeric: np.ndarray  # (len(NUMERIC_FIELDS), n) float64
-    ids: tuple[str, ...]
-    cls: np.ndarray  # int8 class code
-    uses_gpu: np.ndarray
-    ladder: np.ndarray  # (n, 3) bool: degradation level allowed
-    preemptible: np.ndarray
-    elastic: np.ndarray
-    stream_hint: np.ndarray  # gpu_stream_priority_hint, int64
-    concurrency: np.ndarray  # gpu_concurrency, int64
-
-    def read_from(self, specs: Sequence[IntentSpec]) -> bool:
-        """Whether these columns were read from exactly these spec objects, in this order."""
-        own = self.specs
-        return specs is own or (len(specs) == len(own) and all(map(operator.is_, specs, own)))
-
-    def updated(self, specs: Sequence[IntentSpec]) -> SpecColumns:
-        """The columns of `specs`: rows whose spec object is one of these columns' are gathered
-        from them, only the other specs are read (all of them when they are most)."""
-        n = len(specs)
-        # ids of objects these columns hold (self.specs keeps them alive), so a match is the object
-        at = {id(spec): i for i, spec in enumerate(self.specs)}
-        src = np.fromiter(map(at.get, map(id, specs), itertools.repeat(-1)), np.int64, n)
-        new_rows = (src < 0).nonzero()[0]
-        if 2 * new_rows.size >= n:
-            return read_spec_columns(specs)
-        part = read_spec_columns([specs[i] for i in new_rows.tolist()])
-        old_rows = (src >= 0).nonzero()[0]
-        taken = src[old_rows]
-
-        def merged(name: str) -> np.ndarray:
-            old, new = getattr(self, name), getattr(part, name)
-            axis = 1 if name == "numeric" else 0  # numeric is (field, row); the rest (row, ...)
-            shape = list(old.shape)
-            shape[axis] = n
-            out = np.empty(shape, dtype=old.dtype)
-            at_rows: list[Any] = [slice(None)] * old.ndim
-            at_rows[axis] = old_rows
-            out[tuple(at_rows)] = np.take(old, taken, axis=axis)
-            at_rows[axis] = new_rows
-            out[tuple(at_rows)] = new
-            return _frozen(out)
-
-        arrays = {f.name: merged(f.name) for f in fields(self) if f.name not in ("specs", "ids")}
-        return SpecColumns(specs=tuple(specs), ids=tuple(map(_ID, specs)), **arrays)
-
-
-def read_spec_columns(specs: Sequence[IntentSpec]) -> SpecColumns:
-    """One C-level pass per field over the specs, then numpy."""
-    n = len(specs)
-    # a tuple per intent (attrgetter), flattened straight into one array
-    flat = itertools.chain.from_iterable(map(_NUMERIC_GETTER, specs))
-    width = len(NUMERIC_FIELDS)
-    numeric = np.fromiter(flat, np.float64, n * width).reshape(n, width).T.copy()
-    # one C-level map per column (cheaper than transposing n tuples with zip)
-    ids, classes, lanes, shares, ladders, preemptible, elastic, hints, concurrency = (
-        list(map(get, specs)) for get in _OTHER_GETTERS
-    )
-    cls = np.fromiter(map(CLASS_CODES.get, classes, [_BATCH_CODE] * n), dtype=np.int8, count=n)
-    uses_gpu = np.fromiter(map(bool, lanes), bool, n) | (np.fromiter(shares, np.float64, n) > 0)
-    distinct = {t: k for k, t in enumerate(dict.fromkeys(ladders))}
-    bits = np.array([_ladder_bits(t) for t in distinct], dtype=bool).reshape(len(distinct), 3)
-    ladder = bits[np.fromiter(map(distinct.__getitem__, ladders), np.int64, n)]
-    return SpecColumns(
-        specs=tuple(specs),
-        numeric=_frozen(numeric),
-        ids=tuple(ids),
-        cls=_frozen(cls),
-        uses_gpu=_frozen(uses_gpu),
-        ladder=_frozen(ladder),
-        preemptible=_frozen(np.fromiter(preemptible, bool, n)),
-        elastic=_frozen(np.fromiter(elastic, bool, n)),
-        stream_hint=_frozen(np.fromiter(hints, np.int64, n)),
-        concurrency=_frozen(np.fromiter(concurrency, np.int64, n)),
-    )
-
+from services.core.model import Decision, IntentSpec
 
 Column = np.ndarray | Sequence[Any]
 
@@ -279,17 +144,6 @@ class LastReasons:
         changed, src = changed_from(len(ids), inputs, self.inputs, self.ids, ids)
         texts = self.texts.copy() if src is None else self.texts[np.maximum(src, 0)]
         return changed, texts
-
-
-@dataclass(frozen=True)
-class LastService:
-    """Service-time columns (table.service_columns) and what they were computed from."""
-
-    columns: SpecColumns  # the spec columns of that tick
-    per_row: list[ServiceStats | None]  # each row's ServiceStats object (None: no samples)
-    tail1: np.ndarray
-    mean1: np.ndarray
-    rel: np.ndarray
 
 
 @dataclass

@@ -2,7 +2,7 @@
 
 For one pod's intent and each candidate node: would it fit, with how many units, at what
 predicted slack, deadline risk and NMU, and a 0..10 score (kube-scheduler's MaxExtenderPriority).
-The answer comes from D-MUG's own formulas (dmug.units_to_meet, IntentTable.latency/risk,
+The answer comes from D-MUG's own formulas (units_to_meet, IntentTable.latency/risk,
 marginal_gains), evaluated once across all nodes with numpy, so 5,000 nodes cost about as much as
 a handful. ``score_placement`` is the single-node form: it first asks D-MUG how many units the
 node's resident intents are committed to, then scores the remaining view exactly as the batch form.
@@ -16,7 +16,15 @@ from operator import attrgetter
 
 import numpy as np
 
-from services.core import dmug
+from services.core.deadline import units_to_meet
+from services.core.dmug import DmugOptions, plan_units
+from services.core.formulas import (
+    amdahl_speedup,
+    combined_cpu_pressure,
+    pressure_inflation,
+    slack_ms,
+)
+from services.core.marginal import marginal_gains
 from services.core.model import (
     DEGRADATION_ORDER,
     Disturbance,
@@ -27,6 +35,7 @@ from services.core.model import (
     PlanInput,
     ServiceStats,
 )
+from services.core.table import IntentTable, build_table
 
 MAX_SCORE = 10
 HEADROOM_WEIGHT = 0.4  # score = 10 * ((1 - w) * quality + w * headroom)
@@ -68,7 +77,7 @@ def committed_units(node: NodeState, resident: Sequence[IntentSpec], stats, conf
     if not resident:
         return 0
     state = PlanInput(intents=tuple(resident), node=node, stats=stats or {}, config=config)
-    table, plan = dmug.plan_units(state, dmug.DmugOptions(hysteresis=False))
+    table, plan = plan_units(state, DmugOptions(hysteresis=False))
     base = np.where(table.has_deadline, np.maximum(plan.need, table.min_units), table.min_units)
     return int(np.minimum(base, plan.units)[plan.units > 0].sum())
 
@@ -107,12 +116,12 @@ def _table_for(
     cols: dict[str, np.ndarray],
     stats: ServiceStats | None,
     config: DmugConfig,
-) -> dmug.IntentTable:
+) -> IntentTable:
     """The intent replicated once per node, with that node's pressure and capacity."""
     n = len(views)
     total = cols["total_units"].astype(np.int64)
     probe = NodeState(name="", cpu_units=int(total.max()) if n else 0)
-    one = dmug.build_table(
+    one = build_table(
         PlanInput(intents=(intent,), node=probe, stats={intent.id: stats} if stats else {},
                   config=config)
     )  # fmt: skip
@@ -120,8 +129,8 @@ def _table_for(
     d_cpu, d_gpu = cols["disturbance.cpu"], cols["disturbance.gpu"]
     d_net = cols["disturbance.network"]
     network_bound = float(intent.workload_class in ("ONLINE", "ROBOT"))
-    inflation = dmug.pressure_inflation(
-        dmug.combined_cpu_pressure(contention, d_cpu),
+    inflation = pressure_inflation(
+        combined_cpu_pressure(contention, d_cpu),
         d_gpu,
         d_net,
         config.contention_gain,
@@ -130,7 +139,7 @@ def _table_for(
     )
     cap = np.where(intent.max_units > 0, np.minimum(intent.max_units, total), total)
     values = {}
-    for name in dmug.IntentTable.__dataclass_fields__:
+    for name in IntentTable.__dataclass_fields__:
         value = getattr(one, name)
         if name in ("specs", "level_factor"):
             values[name] = value
@@ -144,7 +153,7 @@ def _table_for(
     values["prev_units"] = np.zeros(n, dtype=np.int64)
     values["prev_since"] = np.zeros(n, dtype=np.int64)
     values["has_prev"] = np.zeros(n, dtype=bool)
-    return dmug.IntentTable(**values)
+    return IntentTable(**values)
 
 
 def score_nodes_arrays(
@@ -172,12 +181,12 @@ def score_nodes_arrays(
     else:
         lane_ok = np.ones(n, dtype=bool)
     if intent.has_deadline and n:
-        units, meets = dmug.units_to_meet(table, rows, 0)
+        units, meets = units_to_meet(table, rows, 0)
         if intent.workload_class == "ONLINE":
             for lv in (1, 2):
                 walk = ~meets & table.ladder[:, lv]
                 if walk.any():
-                    p2, m2 = dmug.units_to_meet(table, rows[walk], lv)
+                    p2, m2 = units_to_meet(table, rows[walk], lv)
                     units[walk] = np.where(m2, p2, units[walk])
                     level[walk] = lv
                     meets[walk] = m2
@@ -191,7 +200,7 @@ def score_nodes_arrays(
     # evaluated at what the node could give it (D-MUG's marginal phase hands free units on)
     running = np.maximum(np.minimum(table.cap, free), table.min_units)
     lat = table.latency(rows, running, level)
-    slack = np.where(table.has_deadline, dmug.slack_ms(table.deadline, lat), 0.0)
+    slack = np.where(table.has_deadline, slack_ms(table.deadline, lat), 0.0)
     risk = table.risk(rows, running, level)
     code = np.where((code == FITS) & (risk > config.risk_threshold), RISKY, code)
     fits = code == FITS
@@ -199,14 +208,12 @@ def score_nodes_arrays(
     if n:
         kk = np.zeros(1, np.int64)
         last = np.maximum(running - 1, 0)  # the last unit the node would give it
-        nmu = dmug.marginal_gains(table, rows, last, level, kk)[:, 0]
+        nmu = marginal_gains(table, rows, last, level, kk)[:, 0]
         nmu = np.where(np.isfinite(nmu), nmu, 0.0)
     if intent.has_deadline:
         quality = np.clip(1.0 - 2.0 * risk, 0.0, 1.0)
     else:
-        quality = dmug.amdahl_speedup(table.f, np.maximum(running, 1)) / dmug.amdahl_speedup(
-            table.f, total
-        )
+        quality = amdahl_speedup(table.f, np.maximum(running, 1)) / amdahl_speedup(table.f, total)
     headroom = np.clip((free - running) / np.maximum(cols["total_units"], 1), 0.0, 1.0)
     raw = MAX_SCORE * ((1.0 - HEADROOM_WEIGHT) * quality + HEADROOM_WEIGHT * headroom)
     score = np.where(fits, np.clip(np.rint(raw), 1, MAX_SCORE), 0).astype(np.int64)

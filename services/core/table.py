@@ -11,45 +11,30 @@ from __future__ import annotations
 
 import itertools
 import operator
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
+from services.core.columns import base_columns, read_spec_columns, service_columns
 from services.core.formulas import (
-    DEFAULT_REL_SPREAD,
     deadline_risk,
     latency_inflation,
     predicted_latency_ms,
-    priority_weight,
-    service_at_one_unit,
     slack_ms,
 )
-from services.core.memo import (
-    CLASS_CODES,
-    LastService,
-    SpecColumns,
-    TickMemo,
-    read_spec_columns,
-)
+from services.core.memo import TickMemo
 from services.core.model import (
     DEGRADATION_ORDER,
     Decision,
     IntentSpec,
     PlanInput,
-    ServiceStats,
 )
 
-Z_CLASS = CLASS_CODES
-ONLINE, BATCH, ROBOT, URGENT = (
-    CLASS_CODES[name] for name in ("ONLINE", "BATCH", "ROBOT", "URGENT")
-)
 LEVEL_INDEX = {name: i for i, name in enumerate(DEGRADATION_ORDER)}
 
 _PREVIOUS_GETTER = operator.attrgetter("units", "since_tick", "level_since_tick")
 _LEVEL_GETTER = operator.attrgetter("degradation")
-_STATS_GETTER = operator.attrgetter("count", "mean_ms", "p95_ms", "p99_ms", "observed_units")
-_TARGET_GETTER = operator.attrgetter("target_percentile")
 _NO_PREVIOUS = Decision("", 0)  # stands in for "no previous decision" (units 0, NORMAL)
 
 
@@ -141,124 +126,6 @@ class Rows:
         return self.risk_at(self.latency(p, level_factor))
 
 
-@dataclass(frozen=True)
-class BaseColumns:
-    """What the table derives from the specs' own columns and the node's unit capacity alone:
-    read-only, kept between ticks (in the memo) while both are the same."""
-
-    source: SpecColumns
-    capacity: int
-    deadline: np.ndarray  # the specs' deadline_ms
-    seq: np.ndarray  # the specs' seq
-    base_service_ms: np.ndarray  # as given (tail1 is its floor at 1e-6)
-    f: np.ndarray
-    has_deadline: np.ndarray
-    min_units: np.ndarray
-    cap: np.ndarray
-    preferred: np.ndarray
-    uses_gpu: np.ndarray  # as float, for the inflation formula
-    network_bound: np.ndarray
-    tail1: np.ndarray  # base service time at one unit (before observations)
-    rel_spread: np.ndarray
-    weight: np.ndarray
-    arrival: np.ndarray
-    rank: np.ndarray  # tie rank (dmug.tie_rank)
-
-
-def rank_by_weight_and_seq(weight: np.ndarray, seq: np.ndarray) -> np.ndarray:
-    """Rank per row, lower first: higher weight, then earlier seq, then position (read-only)."""
-    n = len(weight)
-    order = np.lexsort((np.arange(n), seq, -weight))
-    rank = np.empty(n, dtype=np.int64)
-    rank[order] = np.arange(n)
-    rank.flags.writeable = False
-    return rank
-
-
-def base_columns(columns: SpecColumns, capacity: int) -> BaseColumns:
-    prio, deadline, mn, mx, pref, f, base, arrival, seq = columns.numeric
-    cls = columns.cls
-    mn = np.maximum(mn, 1)
-    cap = np.where(mx > 0, np.minimum(mx, capacity), capacity)
-    mn = np.minimum(mn, np.maximum(cap, 1))
-    weight = priority_weight(prio)
-    derived = BaseColumns(
-        source=columns,
-        capacity=capacity,
-        deadline=deadline,
-        seq=seq,
-        base_service_ms=base,
-        f=np.minimum(np.maximum(f, 0.0), 1.0),
-        has_deadline=(cls != BATCH) & (deadline > 0),
-        min_units=mn.astype(np.int64),
-        cap=cap.astype(np.int64),
-        preferred=pref.astype(np.int64),
-        uses_gpu=columns.uses_gpu.astype(np.float64),
-        network_bound=((cls == ONLINE) | (cls == ROBOT)).astype(np.float64),
-        tail1=np.maximum(base, 1e-6),
-        rel_spread=np.full(len(cls), DEFAULT_REL_SPREAD),
-        weight=weight,
-        arrival=np.where(cls == BATCH, 0.0, np.maximum(arrival, 0.0)),
-        rank=rank_by_weight_and_seq(weight, seq),
-    )
-    for value in vars(derived).values():
-        if isinstance(value, np.ndarray):
-            value.flags.writeable = False  # shared between ticks: a stray write raises
-    return derived
-
-
-def service_columns(
-    specs: Sequence[IntentSpec],
-    columns: SpecColumns,
-    base: BaseColumns,
-    stats: Mapping[str, ServiceStats],
-    memo: TickMemo | None = None,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Tail and mean service time at one unit and the relative spread, per row: from the
-    predictor's statistics where an intent has them, else from its base service time.
-
-    With `memo`, rows whose ServiceStats object is the one last tick's columns were computed
-    from (the predictor hands out the same object until a new sample arrives), for the same
-    spec columns, keep their values; only the others are computed. Read-only arrays.
-    """
-    if not stats:
-        return base.tail1, base.tail1, base.rel_spread
-    n = len(specs)
-    per_row = list(map(stats.get, columns.ids))
-    last = memo.service if memo is not None else None
-    if last is not None and last.columns is columns:
-        todo = np.fromiter(map(operator.is_not, per_row, last.per_row), bool, n).nonzero()[0]
-        if todo.size == 0:
-            return last.tail1, last.mean1, last.rel
-        tail1, mean1, rel = last.tail1.copy(), last.mean1.copy(), last.rel.copy()
-        tail1[todo], mean1[todo], rel[todo] = (
-            base.tail1[todo],
-            base.tail1[todo],
-            base.rel_spread[todo],
-        )
-    else:
-        todo = np.arange(n)
-        tail1, mean1, rel = base.tail1.copy(), base.tail1.copy(), base.rel_spread.copy()
-    todo_l = todo.tolist()
-    wanted = [per_row[i] for i in todo_l]
-    seen = np.fromiter(map(operator.is_not, wanted, itertools.repeat(None)), bool, len(todo_l))
-    rows = todo[seen]
-    if rows.size:
-        k = rows.size
-        observed = itertools.compress(wanted, seen.tolist())
-        flat = itertools.chain.from_iterable(map(_STATS_GETTER, observed))
-        count, mean, p95, p99, units = np.fromiter(flat, np.float64, 5 * k).reshape(k, 5).T
-        target = np.fromiter(map(_TARGET_GETTER, (specs[i] for i in rows.tolist())), np.float64, k)
-        tail1[rows], mean1[rows], rel[rows] = service_at_one_unit(
-            count, mean, p95, p99, units, base.base_service_ms[rows], base.f[rows], target
-        )
-    for a in (tail1, mean1, rel):
-        a.flags.writeable = False  # kept for the next tick
-    if memo is not None:
-        memo.service = LastService(columns, per_row, tail1, mean1, rel)
-    return tail1, mean1, rel
-
-
 def build_table(
     state: PlanInput, use_predictor: bool = True, memo: TickMemo | None = None
 ) -> IntentTable:
@@ -280,7 +147,10 @@ def build_table(
         state.node, state.config.contention_gain, base.uses_gpu, base.network_bound
     )
     stats = state.stats if use_predictor else {}
-    tail1, mean1, rel = service_columns(specs, columns, base, stats, memo)
+    last_service = memo.service if memo is not None else None
+    tail1, mean1, rel, service = service_columns(specs, columns, base, stats, last_service)
+    if memo is not None and service is not None:
+        memo.service = service
     prevs: list[Decision] | None = None
     if state.previous:
         prevs = list(map(state.previous.get, ids, itertools.repeat(_NO_PREVIOUS, n)))

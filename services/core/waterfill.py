@@ -4,18 +4,15 @@ D-MUG's marginal-utility phase and the GPU share split both give out a budget of
 time, to whoever gains most from the next one. With non-increasing gains per row that greedy is
 the water-filling rule "take every increment whose gain is above a threshold lambda" (Gross 1956;
 Federgruen & Groenevelt 1986), which numpy evaluates in one partition instead of a Python heap
-loop. The heap stays here as the specification the fast path is tested against. S-shaped rows
+loop (the heap itself, the specification, is in tests/core/dmug_reference.py). S-shaped rows
 are first ironed to the slopes of their least concave majorant so the rule applies.
 """
 
 from __future__ import annotations
 
-import heapq
-from collections.abc import Sequence
-
 import numpy as np
 
-__all__ = ["iron_rows", "select_increments", "select_increments_heap"]
+__all__ = ["iron_rows", "select_increments"]
 
 
 def select_increments(
@@ -46,24 +43,6 @@ def select_increments(
         order = np.lexsort((k[ties], rank[ties]))
         chosen[ties[order[:need]]] = True
     return chosen
-
-
-def select_increments_heap(
-    rows: Sequence[Sequence[float]], rank: Sequence[int], budget: int
-) -> list[int]:
-    """Reference greedy (O(U log N)): pop the best next increment of any row, `budget` times."""
-    heap = [(-row[0], rank[r], 0, r) for r, row in enumerate(rows) if len(row) and row[0] > 0]
-    heapq.heapify(heap)
-    taken = [0] * len(rows)
-    for _ in range(max(budget, 0)):
-        if not heap:
-            break
-        _, rk, kk, r = heapq.heappop(heap)
-        taken[r] += 1
-        nxt = kk + 1
-        if nxt < len(rows[r]) and rows[r][nxt] > 0:
-            heapq.heappush(heap, (-rows[r][nxt], rk, nxt, r))
-    return taken
 
 
 def iron_rows(gains: np.ndarray) -> np.ndarray:

@@ -67,6 +67,13 @@ class Dashboard:
     window_s: float
     poll_s: float
     last_action: str = ""
+    last_action_policy: str = ""  # the policy the last action made active ("" = none)
+
+    def action_note(self, snapshot_active: str | None) -> str:
+        """The last action's note, dropped once the allocator reports another policy."""
+        if self.last_action_policy and snapshot_active not in (None, self.last_action_policy):
+            return ""
+        return self.last_action
 
 
 def demo_config(settings: ServiceSettings) -> DemoConfig:
@@ -173,7 +180,7 @@ def create_app(settings: ServiceSettings) -> Starlette:
             snapshot_age_s=max(0.0, now - snapshot.taken_at) if snapshot.taken_at else None,
             services=views.services(snapshot, {s: d.clients.address(s) for s in SERVICES}),
             event_count=len(d.timeline.events),
-            last_action=d.last_action,
+            last_action=d.action_note(views.policies(snapshot)["active"]),
             oob=False,
         )
         return ctx
@@ -229,10 +236,12 @@ def create_app(settings: ServiceSettings) -> Starlette:
                 raise ActionError("name: choose a policy")
             result = await d.clients.set_policy(name)
             d.last_action = f"policy {result.active} active (was {result.previous or 'none'})"
+            d.last_action_policy = result.active
             d.timeline.note(time.time(), "action", f"set policy {result.active}")
             metrics.ACTIONS.labels(action="set-policy", outcome="ok").inc()
         except ActionError as exc:
             d.last_action = f"SetPolicy {name or '?'} failed: {exc}"
+            d.last_action_policy = ""
             metrics.ACTIONS.labels(action="set-policy", outcome="error").inc()
         await d.observer.poll()
         return HTMLResponse(render_block(env, "policies", context(request, d, ("policies",))))

@@ -227,3 +227,6 @@ class ServiceClients:
 
     async def bridge_post(self, path: str, body: dict[str, Any]) -> Any:
         return await self._act(await self._http("bridge", "POST", path, body))
+
+    async def bridge_delete(self, path: str) -> Any:
+        return await self._act(await self._http("bridge", "DELETE", path))

@@ -4,8 +4,11 @@ It runs server-side as one asyncio task in the dashboard's lifespan, so every op
 reload) shows the same current stage. Each stage does its work through the services' own APIs —
 AllocatorService.SetPolicy, the bridge's /api/mission, /api/urgent and /api/tick, and
 NodeAgentService.InjectDisturbance on the modeled node — then holds for its share of the demo
-while the cockpit shows the consequence. A failing call is shown next to its stage's caption and
-the demo goes on; nothing is simulated in the page.
+while the cockpit shows the consequence. Captions say what a stage does, never how it turns
+out: each stage's outcome lines are the services' answers and what they report at its end. A
+failing call is shown next to its stage's caption and the demo goes on; nothing is simulated
+in the page. Stopped or finished, the demo puts back what it changed (policy, mission,
+disturbance; services/dashboard/demo_restore.py) and says what the services report after.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from typing import Any
 
 from services.dashboard import metrics
 from services.dashboard.clients import ActionError, ServiceClients
+from services.dashboard.demo_restore import DemoChanges, observed_recovery, restore
 from services.dashboard.timeline import Timeline
 
 log = logging.getLogger(__name__)
@@ -55,34 +59,37 @@ STAGES: tuple[Stage, ...] = (
     Stage(
         "baseline",
         "Baseline",
-        "Kubernetes-default behaviour: static requests and equal shares for every intent. "
-        "Watch the online p99 against its deadline and the miss rate.",
+        "The demo sets the baseline policy (Kubernetes-default behaviour: static requests and "
+        "equal shares) and starts a robot mission. Watch the online p99 against its deadline "
+        "and the miss rate.",
     ),
     Stage(
         "parfusion",
         "PARFusion",
-        "D-MUG takes over: each deadline intent gets the fewest units whose predicted p99 meets "
-        "its deadline, the rest go out by marginal utility. Slack and risk in the table follow.",
+        "The demo switches to the PARFusion policy: D-MUG gives each deadline intent the fewest "
+        "units whose predicted p99 meets its deadline and the rest by marginal utility. Watch "
+        "slack and risk in the table.",
     ),
     Stage(
         "urgent",
         "Urgent robot event",
-        "The robot raises an urgent event: the bridge preempts the mission at its next safe "
-        "point, checkpoints it and submits an URGENT intent that takes units from preemptible "
-        "batch work.",
+        "The demo raises an urgent robot event: the bridge stops the mission at a safe point, "
+        "checkpoints it and asks the allocator for an URGENT intent. The lines below are what "
+        "the bridge answered and what the services report at the end of the stage.",
     ),
     Stage(
         "disturbance",
         "Disturbance",
-        "CPU, GPU and network interference hits the modeled node. Contention rises; the "
-        "allocator re-plans and, if the deadline still cannot be met, walks the degradation "
-        "ladder (FP16, INT8).",
+        "The demo injects CPU, GPU and network interference into the modeled node for this "
+        "stage. The allocator re-plans each tick and, where a deadline cannot be met, may walk "
+        "the degradation ladder (FP16, INT8); the lines below say where it went.",
     ),
     Stage(
         "recovery",
         "Recovery",
-        "The disturbance expires and the urgent task is done: the mission resumes from its "
-        "checkpoint, lost steps are re-planned and degradation steps back to NORMAL.",
+        "The disturbance runs out and the demo holds while the services settle. The lines below "
+        "are what the node, the robot and the allocator report now: the degradation level of "
+        "each online intent, whether the mission has resumed.",
     ),
 )
 
@@ -112,8 +119,10 @@ class GuidedDemo:
         self.started_at: float | None = None
         self.stage_index = -1
         self.records: list[StageRecord] = []
+        self.changes = DemoChanges()  # what this run changed, put back when it ends
         self._task: asyncio.Task[None] | None = None
         self._ticker: asyncio.Task[None] | None = None
+        self._finishing = False  # the last stage is over and the restore is under way
 
     @property
     def running(self) -> bool:
@@ -131,10 +140,16 @@ class GuidedDemo:
         self.started_at = time.time()
         self.stage_index = -1
         self.records = []
+        self.changes = DemoChanges()
+        self._finishing = False
         self._task = asyncio.create_task(self._play(), name="guided-demo")
         return True
 
     async def stop(self) -> None:
+        """Stop the stages and put back what they changed; a finishing run completes its restore."""
+        if self._finishing and self._task is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
         for task in (self._task, self._ticker):
             if task is not None and not task.done():
                 task.cancel()
@@ -143,7 +158,19 @@ class GuidedDemo:
         if self.status == "running":
             self.status = "stopped"
             self.timeline.note(time.time(), "stage", "guided demo stopped")
+            await self._put_back()
         metrics.DEMO_STAGE.set(0)
+
+    async def _put_back(self) -> None:
+        changes, self.changes = self.changes, DemoChanges()
+        if not changes.any:
+            return
+        # An urgent task gets the ticks its work needs (and a margin) before the mission ends.
+        lines = await restore(self.clients, changes, urgent_ticks=4 * self.config.urgent_work + 10)
+        log.info("demo restored", extra={"outcomes": lines})
+        if self.records:
+            self.records[-1].outcomes.extend(lines)
+        self.on_change()
 
     def view(self) -> dict[str, Any]:
         now = time.time()
@@ -203,12 +230,22 @@ class GuidedDemo:
                 seen = self.observed()
                 if seen:
                     record.outcomes.append(f"at the end: {seen}")
+            self._finishing = True
+            await self._stop_ticker()
+            await self._put_back()
             self.status = "done"
             self.timeline.note(time.time(), "stage", "guided demo done")
         finally:
-            if self._ticker is not None:
-                self._ticker.cancel()
+            self._finishing = False
+            await self._stop_ticker()
             metrics.DEMO_STAGE.set(0)
+
+    async def _stop_ticker(self) -> None:
+        ticker, self._ticker = self._ticker, None
+        if ticker is not None and not ticker.done():
+            ticker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await ticker
 
     async def _attempt(
         self, what: str, call: Awaitable[Any], describe: Callable[[Any], str]
@@ -222,11 +259,12 @@ class GuidedDemo:
         return describe(result)
 
     async def _set_policy(self, name: str) -> str:
-        return await self._attempt(
-            "SetPolicy",
-            self.clients.set_policy(name),
-            lambda r: f"SetPolicy {r.active} (was {r.previous or 'none'})",
-        )
+        def done(reply: Any) -> str:
+            if not self.changes.policy_before:  # the first change: what to go back to
+                self.changes.policy_before = reply.previous
+            return f"SetPolicy {reply.active} (was {reply.previous or 'none'})"
+
+        return await self._attempt("SetPolicy", self.clients.set_policy(name), done)
 
     async def _baseline(self) -> list[str]:
         outcomes = [await self._seed_intents(), await self._set_policy("baseline")]
@@ -256,6 +294,15 @@ class GuidedDemo:
 
     async def _disturbance(self) -> list[str]:
         cfg = self.config
+
+        def done(reply: Any) -> str:
+            self.changes.disturbance = self.changes.disturbance or bool(reply.accepted)
+            return (
+                f"InjectDisturbance cpu {cfg.disturbance_cpu:.0%} gpu {cfg.disturbance_gpu:.0%} "
+                f"net {cfg.disturbance_network:.0%} for {cfg.stage_seconds:.0f} s"
+                + ("" if reply.accepted else f": refused by the {reply.backend or 'node'} backend")
+            )
+
         outcome = await self._attempt(
             "InjectDisturbance",
             self.clients.inject_disturbance(
@@ -265,16 +312,12 @@ class GuidedDemo:
                 duration_s=cfg.stage_seconds,
                 source="guided-demo",
             ),
-            lambda r: (
-                f"InjectDisturbance cpu {cfg.disturbance_cpu:.0%} gpu {cfg.disturbance_gpu:.0%} "
-                f"net {cfg.disturbance_network:.0%} for {cfg.stage_seconds:.0f} s"
-                + ("" if r.accepted else f": refused by the {r.backend or 'node'} backend")
-            ),
+            done,
         )
         return [outcome]
 
     async def _recovery(self) -> list[str]:
-        return ["holding while the disturbance expires and the mission resumes"]
+        return await observed_recovery(self.clients)
 
     async def _seed_intents(self) -> str:
         listing = await self.clients.list_intents()
@@ -313,11 +356,13 @@ class GuidedDemo:
             "safe_point_interval": cfg.mission_safe_point_interval,
             "deadline_ms": cfg.mission_deadline_ms,
         }
-        return await self._attempt(
-            "mission",
-            self.clients.bridge_post("/api/mission", body),
-            lambda _r: f"POST /api/mission ({cfg.mission_steps} steps)",
-        )
+
+        def done(reply: Any) -> str:
+            if isinstance(reply, dict) and reply.get("mission_id"):
+                self.changes.mission_id = str(reply["mission_id"])
+            return f"POST /api/mission ({cfg.mission_steps} steps)"
+
+        return await self._attempt("mission", self.clients.bridge_post("/api/mission", body), done)
 
     async def _tick_robot(self) -> None:
         """Advance the robot at demo pace unless the bridge runs its own ticker; refusals ignored."""

@@ -25,8 +25,9 @@ from typing import Any
 
 import numpy as np
 
-from services.core.model import DmugConfig, PlanInput
+from services.core.model import DmugConfig
 from services.core.policies.registry import get_policy
+from services.core.tick import plan_tick
 
 from .kubescore import ClusterResources, extender_contribution, select_host
 from .nodeview import SHARE_UNITS_PER_GPU, ClusterView
@@ -123,7 +124,7 @@ def judge(
     for rec in view.snapshot().values():
         if not rec.residents:
             continue
-        result = policy.allocate(PlanInput(intents=rec.residents, node=rec.state))
+        result = plan_tick(policy, None, rec.residents, rec.state)
         decisions = result.by_id()
         for intent in rec.residents:
             c = per_class.setdefault(intent.workload_class, Counter())

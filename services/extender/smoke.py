@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx
 
-from services.common.config import ConfigError, build_settings
+from parfusion.endpoints import address_of
 
 from . import samples
 
@@ -97,11 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("httpx").setLevel(logging.WARNING)
     url = ns.url
     if not url:
-        try:
-            settings = build_settings("extender")
-            url = f"http://127.0.0.1:{settings.port}"
-        except ConfigError:
-            url = "http://127.0.0.1:18082"
+        url = address_of("extender")
     try:
         run(url, os.environ.get("PARFUSION_API_TOKEN") or None)
     except (SmokeFailure, httpx.HTTPError, KeyError, TypeError, ValueError) as exc:

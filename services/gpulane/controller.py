@@ -136,6 +136,7 @@ class LaneController:
             mig_ids=self._mig_ids,
             uuids={d.index: d.uuid for d in snap.devices},
             reference_preview=self.options.reference_preview,
+            mig_enabled={d.index for d in snap.devices if d.mig_enabled},
         )
         return placements, preview
 

@@ -1,11 +1,13 @@
 """MIG: the H200 GPU-instance profiles, the share -> slice fit, and nvidia-smi mig commands.
 
+Every GPU share and memory request maps to the smallest H200 profile that holds both (the
+fewest compute slices, then the least memory), up to 7g.141gb for a whole GPU; a request no
+profile holds, or a board without a known table, reads "no MIG: whole GPU" with the reason.
 Profile *names* are what an H200 offers; profile *IDs* differ by product and driver, so they
 are always read at run time from ``nvidia-smi mig -i N -lgip`` (:func:`parse_lgip`) and never
-written down here. A slice is suggested only where a share fits it closely, because a MIG
-slice is fixed and isolated while an MPS share can follow the plan every tick. Re-partitioning
-needs the GPU idle, and tear-down goes compute instances first (-dci), then GPU instances
-(-dgi).
+written down here. MIG mode is enabled per GPU first (``nvidia-smi -i N -mig 1``: the GPU must
+be idle, and the change may need a GPU reset); tear-down goes compute instances first (-dci),
+then GPU instances (-dgi).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ COMPUTE_SLICES = 7
 class MigProfile:
     name: str
     compute_slices: int
-    memory_gb: int
+    memory_gb: int  # nominal, as the profile name says
     max_instances: int
     media_engines: bool = False
 
@@ -30,6 +32,11 @@ class MigProfile:
         return 100.0 * self.compute_slices / COMPUTE_SLICES
 
 
+# NVIDIA Multi-Instance GPU User Guide, "Supported MIG Profiles", H200 MIG Profiles (H200-SXM5
+# and H200 NVL, 141 GB): https://docs.nvidia.com/datacenter/tesla/mig-user-guide/supported-mig-profiles.html
+# (SMs in sevenths, memory in eighths: 1g.18gb 1/7 SM 1/8 memory x7, 1g.35gb 1/7 1/4 x4,
+# 2g.35gb 2/7 1/4 x3, 3g.71gb 3/7 1/2 x2, 4g.71gb 4/7 1/2 x1, 7g.141gb 7/7 full x1); the
+# instance counts match the H200-141GB entries of NVIDIA mig-parted's default config.
 H200_PROFILES: tuple[MigProfile, ...] = (
     MigProfile("1g.18gb", 1, 18, 7),
     MigProfile("1g.18gb+me", 1, 18, 1, media_engines=True),
@@ -48,32 +55,41 @@ def profiles_for(device_name: str) -> tuple[MigProfile, ...]:
     return ()
 
 
-def suggest_profile(
+@dataclass(frozen=True)
+class MigFit:
+    profile: MigProfile | None
+    reason: str  # why there is no slice ("no MIG: whole GPU (...)"); "" with a profile
+
+
+def fit_profile(
     share_percent: float,
     memory_limit_bytes: int,
     profiles: tuple[MigProfile, ...],
-    tolerance_percent: float = 5.0,
-) -> MigProfile | None:
-    """The smallest compute profile covering the share and memory, if it wastes little.
+    board: str = "",
+) -> MigFit:
+    """The smallest compute profile holding the per-GPU share and memory, or why none does.
 
-    A whole GPU (share >= 100) needs no slice; media-engine profiles are never suggested for
-    compute work.
+    Media-engine profiles are never chosen for compute work; a memory limit of 0 means none.
     """
-    if share_percent <= 0 or share_percent >= 100:
-        return None
+    if not profiles:
+        return MigFit(None, f"no MIG: whole GPU (no MIG profile table for {board or 'this board'})")
+    if share_percent > 100.0 + 1e-9:
+        return MigFit(None, f"no MIG: whole GPU (share {share_percent:g}% is more than one GPU)")
     candidates = sorted(
-        (p for p in profiles if not p.media_engines and p.compute_slices < COMPUTE_SLICES),
+        (p for p in profiles if not p.media_engines),
         key=lambda p: (p.compute_slices, p.memory_gb),
     )
     for profile in candidates:
-        if profile.compute_percent + 1e-9 < share_percent:
-            continue
-        if memory_limit_bytes > profile.memory_gb * GB:
-            continue
-        if profile.compute_percent - share_percent <= tolerance_percent:
-            return profile
-        return None
-    return None
+        if profile.compute_percent + 1e-9 >= share_percent and (
+            memory_limit_bytes <= profile.memory_gb * GB
+        ):
+            return MigFit(profile, "")
+    largest = candidates[-1]
+    return MigFit(
+        None,
+        f"no MIG: whole GPU (memory {memory_limit_bytes / GB:g} GB is more than the largest "
+        f"slice, {largest.name})",
+    )
 
 
 _LGIP_ROW = re.compile(r"^\|\s*(\d+)\s+MIG\s+(\S+)\s+(\d+)\s+(\d+)/(\d+)", re.MULTILINE)
@@ -82,6 +98,16 @@ _LGIP_ROW = re.compile(r"^\|\s*(\d+)\s+MIG\s+(\S+)\s+(\d+)\s+(\d+)/(\d+)", re.MU
 def parse_lgip(text: str) -> dict[tuple[int, str], int]:
     """``nvidia-smi mig -lgip`` table -> {(gpu index, profile name): profile id}."""
     return {(int(m[1]), m[2]): int(m[3]) for m in _LGIP_ROW.finditer(text)}
+
+
+def enable_argv(gpu: int) -> list[str]:
+    return ["nvidia-smi", "-i", str(gpu), "-mig", "1"]
+
+
+ENABLE_NOTE = (
+    "needs the GPU idle (no processes on it); the mode may show as pending until the GPU is "
+    "reset (nvidia-smi -i {gpu} -r) or the node rebooted"
+)
 
 
 def lookup_argv(gpu: int) -> list[str]:

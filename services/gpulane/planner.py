@@ -3,8 +3,8 @@
 Pure: the plan, the resolved lanes, the stream-priority range and the board names come in;
 placements come out. For each assignment it picks the lane and the GPUs of that lane that are
 present, packs the share onto them, turns it into a per-GPU MPS percentage, maps the logical
-stream priority into the device range and suggests a MIG slice where the share fits one
-closely. A share is in the allocator's lane units, percent of one GPU (a four-GPU lane has
+stream priority into the device range and maps the per-GPU share and memory to the smallest
+MIG slice that holds them (or says why none does). A share is in the allocator's lane units, percent of one GPU (a four-GPU lane has
 400): an intent gets the fewest GPUs that hold it, the ones with the most share left, and the
 same percentage on each. A plan whose policy
 disables GPU intent (no-gpuintent, no-crosslayer, baseline...) leaves every GPU setting at
@@ -42,6 +42,7 @@ class LanePlacement:
     # The lane's configured GPUs, for a labelled reference-profile preview when absent here.
     reference_indexes: tuple[int, ...] = ()
     total_share_percent: float = 0.0  # lane units (percent of one GPU) the intent holds
+    mig_note: str = ""  # why no MIG slice fits ("no MIG: whole GPU (...)"), when mig_profile is ""
 
 
 def validate_plan(plan: intent_pb2.GpuPlan) -> None:
@@ -156,8 +157,8 @@ def place(
             packed_reference, share, note = _pack(reference, a.share_percent, left)
             gpus = ()
         names = {device_names.get(i, "") for i in (gpus or packed_reference)}
-        profiles = mig.profiles_for(names.pop()) if len(names) == 1 else ()
-        suggestion = mig.suggest_profile(share, a.memory_limit_bytes, profiles)
+        board = names.pop() if len(names) == 1 else "a mix of boards"
+        fit = mig.fit_profile(share, a.memory_limit_bytes, mig.profiles_for(board), board)
         placements.append(
             LanePlacement(
                 intent_id=a.intent_id,
@@ -169,12 +170,13 @@ def place(
                 cuda_stream_priority=map_priority(a.stream_priority, priority_range),
                 concurrency=a.concurrency,
                 memory_limit_bytes=a.memory_limit_bytes,
-                mig_profile=suggestion.name if suggestion else "",
+                mig_profile=fit.profile.name if fit.profile else "",
                 available=bool(gpus),
                 reason=_join(reason, note),
                 at_defaults=False,
                 reference_indexes=packed_reference,
                 total_share_percent=min(a.share_percent, 100.0 * len(gpus or packed_reference)),
+                mig_note=fit.reason,
             )
         )
     return tuple(placements)

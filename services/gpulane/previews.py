@@ -9,7 +9,7 @@ previewed against the configured reference profile; those commands say so in the
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
 from services.gpulane import mig, mps
@@ -53,8 +53,11 @@ FACT_NOTES = (
     "device indexes for its clients, so indexes would point at the wrong board.",
     "CUDA stream priority: lower number is higher priority; it orders pending work and never "
     "preempts a running kernel, so batch kernels must stay short for the online tail to hold.",
-    "MIG profile ids are read at run time from nvidia-smi mig -lgip; re-partitioning needs an "
-    "idle GPU, and tear-down is -dci before -dgi.",
+    "MIG: each share and memory request maps to the smallest H200 slice that holds it "
+    "(1g.18gb, 1g.35gb, 2g.35gb, 3g.71gb, 4g.71gb, 7g.141gb); MIG mode is enabled per GPU with "
+    "nvidia-smi -i N -mig 1, which needs the GPU idle and may need a GPU reset; profile ids are "
+    "read at run time from nvidia-smi mig -lgip; re-partitioning needs an idle GPU, and "
+    "tear-down is -dci before -dgi.",
 )
 
 
@@ -74,7 +77,9 @@ def build_preview(
     mig_ids: Mapping[tuple[int, str], int] | None = None,
     uuids: Mapping[int, str] | None = None,
     reference_preview: bool = True,
+    mig_enabled: Collection[int] = (),
 ) -> Preview:
+    """``mig_enabled``: GPUs NVML reports in MIG mode already (no enable step for those)."""
     mig_ids = mig_ids or {}
     uuids = uuids or {}
     notes = [f"CUDA stream priority range {priority_range.describe()}."]
@@ -157,7 +162,10 @@ def build_preview(
                 kind="env",
             )
         )
-    commands.extend(_mig_commands(active, mig_ids))
+    commands.extend(_mig_commands(active, mig_ids, mig_enabled))
+    notes.extend(
+        f"MIG for {p.intent_name or p.intent_id}: {p.mig_note}." for p, _, _ in active if p.mig_note
+    )
     notes.extend(FACT_NOTES)
     return Preview(tuple(commands), tuple(notes))
 
@@ -165,6 +173,7 @@ def build_preview(
 def _mig_commands(
     active: list[tuple[LanePlacement, tuple[int, ...], str]],
     mig_ids: Mapping[tuple[int, str], int],
+    mig_enabled: Collection[int],
 ) -> list[CommandSpec]:
     out: list[CommandSpec] = []
     for p, gpus, label in active:
@@ -173,6 +182,9 @@ def _mig_commands(
         prefix = label + f"MIG suggestion for {p.intent_name or p.intent_id} ({p.mig_profile}): "
         steps: list[tuple[list[str], str]] = []
         for gpu in gpus:
+            if gpu not in mig_enabled:
+                enable = f"enable MIG mode on GPU {gpu} first; {mig.ENABLE_NOTE.format(gpu=gpu)}"
+                steps.append((mig.enable_argv(gpu), enable))
             lookup = f"read the profile id of {p.mig_profile} at run time"
             steps.append((mig.lookup_argv(gpu), lookup))
             steps += mig.create_argvs(gpu, p.mig_profile, mig_ids.get((gpu, p.mig_profile)))

@@ -10,7 +10,18 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from services.core import dmug
+from services.core.deadline import units_to_meet
+from services.core.dmug import plan_units, tie_rank
+from services.core.formulas import (
+    LATENCY_CEILING_MS,
+    amdahl_speedup,
+    deadline_risk,
+    latency_inflation,
+    predicted_latency_ms,
+    priority_weight,
+    service_at_one_unit,
+)
+from services.core.marginal import MarginalPhase, marginal_phase_fast
 from services.core.model import (
     Decision,
     Disturbance,
@@ -21,6 +32,9 @@ from services.core.model import (
     ServiceStats,
 )
 from services.core.policies.registry import get_policy
+from services.core.table import build_table
+from services.core.waterfill import iron_rows, select_increments
+from tests.core.dmug_reference import marginal_phase_reference, select_increments_heap
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 CLASSES = ("ONLINE", "BATCH", "ROBOT", "URGENT")
@@ -138,7 +152,7 @@ def test_urgent_takes_units_only_from_preemptible_intents(state):
 @given(plan_inputs(max_n=8))
 def test_degradation_only_when_unreachable_at_max_units(state):
     result = get_policy("parfusion").allocate(state)
-    table = dmug.build_table(state)
+    table = build_table(state)
     for i, (spec, d) in enumerate(zip(state.intents, result.decisions, strict=True)):
         if d.degradation != "NORMAL":
             assert spec.workload_class == "ONLINE" and d.degradation in spec.degradation
@@ -149,8 +163,8 @@ def test_degradation_only_when_unreachable_at_max_units(state):
 
 def batch_utility(spec: IntentSpec, units: int, cap: int) -> float:
     f = spec.parallel_fraction
-    w = dmug.priority_weight(spec.priority)
-    return w * dmug.amdahl_speedup(f, units) / dmug.amdahl_speedup(f, max(cap, 1))
+    w = priority_weight(spec.priority)
+    return w * amdahl_speedup(f, units) / amdahl_speedup(f, max(cap, 1))
 
 
 @settings(max_examples=50, deadline=None)
@@ -176,18 +190,18 @@ def test_greedy_equals_brute_force_on_concave_instances(specs, units):
 @st.composite
 def marginal_phases(draw):
     state = draw(plan_inputs(max_n=9))
-    table = dmug.build_table(state)
+    table = build_table(state)
     if table.n == 0:
         return table, None
     rows = np.arange(table.n)
     start = np.array([draw(st.integers(1, max(int(c), 1))) for c in table.cap], dtype=np.int64)
     start = np.minimum(start, table.cap)
     level = np.array([draw(st.integers(0, 2)) for _ in rows], dtype=np.int64)
-    phase = dmug.MarginalPhase(
+    phase = MarginalPhase(
         rows=rows,
         start=start,
         level=level,
-        rank=dmug.tie_rank(table),
+        rank=tie_rank(table),
         budget=draw(st.integers(0, 60)),
         hysteresis=draw(st.booleans()),
         tick=state.tick,
@@ -204,8 +218,8 @@ def test_water_filling_equals_heap_greedy(case):
     table, phase = case
     if phase is None:
         return
-    fast = dmug.marginal_phase_fast(table, phase)
-    reference = dmug.marginal_phase_reference(table, phase)
+    fast = marginal_phase_fast(table, phase)
+    reference = marginal_phase_reference(table, phase)
     assert fast.tolist() == reference.tolist()
     assert fast.sum() <= phase.budget
     assert np.all(phase.start + fast <= np.maximum(table.cap, phase.start))
@@ -225,16 +239,16 @@ def test_select_increments_equals_heap_with_ties(rows, budget):
     row_of = np.concatenate([np.full(len(r), j) for j, r in enumerate(rows)] + [np.zeros(0, int)])
     k = np.concatenate([np.arange(len(r)) for r in rows] + [np.zeros(0, int)])
     rank = np.array(list(reversed(range(len(rows)))))
-    chosen = dmug.select_increments(gains, rank[row_of.astype(int)], k, budget)
+    chosen = select_increments(gains, rank[row_of.astype(int)], k, budget)
     fast = np.bincount(row_of[chosen].astype(int), minlength=len(rows)).tolist()
-    assert fast == dmug.select_increments_heap(rows, rank.tolist(), budget)
+    assert fast == select_increments_heap(rows, rank.tolist(), budget)
 
 
 @SETTINGS
 @given(st.lists(st.floats(0.0, 10.0), min_size=1, max_size=20))
 def test_ironing_gives_the_least_concave_majorant(row):
     g = np.array(row)
-    ironed = dmug.iron_rows(g[None, :])[0]
+    ironed = iron_rows(g[None, :])[0]
     assert np.all(np.diff(ironed) <= 1e-9)
     assert np.cumsum(ironed)[-1] == pytest.approx(g.sum())
     assert np.all(np.cumsum(ironed) >= np.cumsum(g) - 1e-9)
@@ -243,48 +257,46 @@ def test_ironing_gives_the_least_concave_majorant(row):
 
 
 def test_formulas():
-    assert dmug.amdahl_speedup(0.0, 8) == 1.0
-    assert dmug.amdahl_speedup(1.0, 8) == 8.0
-    assert dmug.amdahl_speedup(0.9, 4) == pytest.approx(1 / (0.1 + 0.9 / 4))
+    assert amdahl_speedup(0.0, 8) == 1.0
+    assert amdahl_speedup(1.0, 8) == 8.0
+    assert amdahl_speedup(0.9, 4) == pytest.approx(1 / (0.1 + 0.9 / 4))
     # tail at one unit from samples observed at 4 units
-    t1, m1, rel = dmug.service_at_one_unit(100, 10.0, 14.0, 20.0, 4, 99.0, 0.9, 99.0)
-    assert t1 == pytest.approx(20 * dmug.amdahl_speedup(0.9, 4))
-    assert m1 == pytest.approx(10 * dmug.amdahl_speedup(0.9, 4))
+    t1, m1, rel = service_at_one_unit(100, 10.0, 14.0, 20.0, 4, 99.0, 0.9, 99.0)
+    assert t1 == pytest.approx(20 * amdahl_speedup(0.9, 4))
+    assert m1 == pytest.approx(10 * amdahl_speedup(0.9, 4))
     assert 0.05 <= rel <= 1
     # one value per intent: no samples -> base service time; target p95 -> the p95
-    rows = dmug.service_at_one_unit(
+    rows = service_at_one_unit(
         np.array([100, 0, 8]), np.array([10.0, 0.0, 30.0]), np.array([14.0, 0.0, 35.0]),
         np.array([20.0, 0.0, 50.0]), np.array([4, 1, 2]), np.array([99.0, 42.0, 7.0]),
         np.array([0.9, 0.5, 0.7]), np.array([99.0, 99.0, 95.0]),
     )  # fmt: skip
     assert [float(x) for x in (rows[0][0], rows[1][0], rows[2][0])] == [t1, m1, rel]
     assert (float(rows[0][1]), float(rows[1][1]), float(rows[2][1])) == (42.0, 42.0, 0.25)
-    assert float(rows[0][2]) == 35.0 * dmug.amdahl_speedup(0.7, 2)
-    lat = dmug.predicted_latency_ms(100.0, 50.0, 0.9, 4, 0.0, 1.0)
-    assert float(lat) == pytest.approx(100 / dmug.amdahl_speedup(0.9, 4))
+    assert float(rows[0][2]) == 35.0 * amdahl_speedup(0.7, 2)
+    lat = predicted_latency_ms(100.0, 50.0, 0.9, 4, 0.0, 1.0)
+    assert float(lat) == pytest.approx(100 / amdahl_speedup(0.9, 4))
     # queueing: utilisation at or above 1 never drains
-    assert (
-        float(dmug.predicted_latency_ms(100.0, 100.0, 0.0, 1, 10.0, 1.0)) == dmug.LATENCY_CEILING_MS
-    )
-    assert float(dmug.predicted_latency_ms(100.0, 100.0, 0.0, 1, 5.0, 1.0)) == pytest.approx(200.0)
-    assert float(dmug.deadline_risk(0.0, 10.0, 0.2)) == 0.5
-    assert float(dmug.deadline_risk(100.0, 10.0, 0.2)) < 0.05
-    assert float(dmug.deadline_risk(-100.0, 10.0, 0.2)) > 0.95
+    assert float(predicted_latency_ms(100.0, 100.0, 0.0, 1, 10.0, 1.0)) == LATENCY_CEILING_MS
+    assert float(predicted_latency_ms(100.0, 100.0, 0.0, 1, 5.0, 1.0)) == pytest.approx(200.0)
+    assert float(deadline_risk(0.0, 10.0, 0.2)) == 0.5
+    assert float(deadline_risk(100.0, 10.0, 0.2)) < 0.05
+    assert float(deadline_risk(-100.0, 10.0, 0.2)) > 0.95
     calm = NodeState(name="n", cpu_units=4)
     hot = NodeState(name="n", cpu_units=4, contention=0.5, disturbance=Disturbance(0.5, 0.5, 0.5))
-    assert float(dmug.latency_inflation(calm, 1.0, 1.0, 1.0)) == 1.0
-    assert float(dmug.latency_inflation(hot, 1.0, 1.0, 1.0)) == pytest.approx(1.75 * 1.5 * 1.5)
-    assert float(dmug.latency_inflation(hot, 1.0, 0.0, 0.0)) == pytest.approx(1.75)
+    assert float(latency_inflation(calm, 1.0, 1.0, 1.0)) == 1.0
+    assert float(latency_inflation(hot, 1.0, 1.0, 1.0)) == pytest.approx(1.75 * 1.5 * 1.5)
+    assert float(latency_inflation(hot, 1.0, 0.0, 0.0)) == pytest.approx(1.75)
 
 
 @SETTINGS
 @given(plan_inputs(max_n=6))
 def test_units_to_meet_is_the_fewest(state):
-    table = dmug.build_table(state)
+    table = build_table(state)
     idx = np.flatnonzero(table.has_deadline & (table.cap >= table.min_units))
     if idx.size == 0:
         return
-    p, meets = dmug.units_to_meet(table, idx, 0)
+    p, meets = units_to_meet(table, idx, 0)
     lat = table.latency(idx, p, 0)
     for j, i in enumerate(idx):
         if meets[j]:
@@ -363,8 +375,8 @@ def test_pressure_raises_predicted_latency_and_units():
         intents=[spec],
         node=NodeState(name="n", cpu_units=8, contention=0.3, disturbance=Disturbance(cpu=0.3)),
     )
-    t_calm, p_calm = dmug.plan_units(calm)
-    t_hot, p_hot = dmug.plan_units(hot)
+    t_calm, p_calm = plan_units(calm)
+    t_hot, p_hot = plan_units(hot)
     assert p_hot.need[0] > p_calm.need[0]
 
 
@@ -372,6 +384,6 @@ def test_units_to_meet_without_a_parallel_part_is_the_minimum():
     # f = 0: the latency is the same at every p, exactly on the deadline here
     spec = IntentSpec(id="u", name="u", workload_class="URGENT", deadline_ms=1.0, min_units=1,
                       parallel_fraction=0.0, base_service_ms=1.0)  # fmt: skip
-    table = dmug.build_table(PlanInput(intents=[spec], node=NodeState(name="n", cpu_units=12)))
-    p, meets = dmug.units_to_meet(table, np.array([0]), 0)
+    table = build_table(PlanInput(intents=[spec], node=NodeState(name="n", cpu_units=12)))
+    p, meets = units_to_meet(table, np.array([0]), 0)
     assert meets[0] and p[0] == 1

@@ -4,8 +4,8 @@ deadline work."""
 
 from __future__ import annotations
 
-from services.core import dmug
-from services.core.formulas import observation_factor
+from services.core.dmug import DmugOptions
+from services.core.formulas import amdahl_speedup, observation_factor
 from services.core.model import (
     Decision,
     Disturbance,
@@ -35,7 +35,7 @@ def true_service_ms(spec: IntentSpec, units: int, level: str, node: NodeState) -
     """What the node would measure: the model's own service time (no queueing), so a correct
     predictor converges on the intent's parameters."""
     factor = observation_factor(spec, node, CONFIG, level)
-    return spec.base_service_ms * factor / dmug.amdahl_speedup(spec.parallel_fraction, units)
+    return spec.base_service_ms * factor / amdahl_speedup(spec.parallel_fraction, units)
 
 
 def closed_loop(specs, node_at, ticks: int, normalise: bool = True, hysteresis: bool = True):
@@ -43,7 +43,7 @@ def closed_loop(specs, node_at, ticks: int, normalise: bool = True, hysteresis: 
     Returns the decisions per tick."""
     policy = get_policy("parfusion")
     if not hysteresis:
-        policy = DmugPolicy("p", "p", "p", options=dmug.DmugOptions(hysteresis=False))
+        policy = DmugPolicy("p", "p", "p", options=DmugOptions(hysteresis=False))
     predictor = Predictor()
     previous: dict[str, Decision] = {}
     history = []

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from services.core import dmug
+from services.core.formulas import DEFAULT_REL_SPREAD
 from services.core.memo import TickMemo, changed_rows, read_spec_columns
 from services.core.model import (
     DmugConfig,
@@ -22,6 +22,7 @@ from services.core.model import (
     ServiceStats,
 )
 from services.core.policies.registry import POLICIES, get_policy
+from services.core.table import build_table
 from tests.core.test_dmug import plan_inputs
 
 CHAIN = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -234,7 +235,7 @@ def test_service_columns_recompute_only_rows_with_new_stats_objects():
 
     def table(stats):
         state = PlanInput(intents=specs, node=_node(8), stats=stats)
-        kept, fresh = dmug.build_table(state, memo=memo), dmug.build_table(state)
+        kept, fresh = build_table(state, memo=memo), build_table(state)
         for name in ("tail1", "mean1", "rel_spread"):
             assert np.array_equal(getattr(kept, name), getattr(fresh, name)), name
         return kept
@@ -245,12 +246,12 @@ def test_service_columns_recompute_only_rows_with_new_stats_objects():
     moved = table({"v0": one, "v2": dataclasses.replace(two, p95_ms=27.0)})
     assert moved.tail1[0] == first.tail1[0] and moved.tail1[2] != first.tail1[2]
     gone = table({"v2": two})  # v0 lost its samples: back to its base service time
-    assert gone.tail1[0] == 10.0 and gone.rel_spread[0] == dmug.DEFAULT_REL_SPREAD
+    assert gone.tail1[0] == 10.0 and gone.rel_spread[0] == DEFAULT_REL_SPREAD
 
 
 def test_cached_columns_are_read_only():
     a = IntentSpec(id="a", name="a", workload_class="ONLINE", deadline_ms=10.0)
-    table = dmug.build_table(PlanInput(intents=(a,), node=_node(4)), memo=TickMemo())
+    table = build_table(PlanInput(intents=(a,), node=_node(4)), memo=TickMemo())
     with pytest.raises(ValueError):
         table.deadline[0] = 1.0
 
@@ -258,11 +259,11 @@ def test_cached_columns_are_read_only():
 def test_capacity_derived_columns_follow_the_node():
     a = IntentSpec(id="a", name="a", workload_class="BATCH", min_units=3, max_units=9)
     memo = TickMemo()
-    first = dmug.build_table(PlanInput(intents=(a,), node=_node(16)), memo=memo)
+    first = build_table(PlanInput(intents=(a,), node=_node(16)), memo=memo)
     kept = memo.base
-    again = dmug.build_table(PlanInput(intents=(a,), node=_node(16)), memo=memo)
+    again = build_table(PlanInput(intents=(a,), node=_node(16)), memo=memo)
     assert memo.base is kept and again.cap is first.cap  # same specs, same capacity: kept
-    small = dmug.build_table(PlanInput(intents=(a,), node=_node(2)), memo=memo)
+    small = build_table(PlanInput(intents=(a,), node=_node(2)), memo=memo)
     assert small.cap.tolist() == [2] and small.min_units.tolist() == [2]  # capped by the node
     assert memo.base is not kept
     with pytest.raises(ValueError):

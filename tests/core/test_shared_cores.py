@@ -4,7 +4,7 @@ event stream, an online service and a batch job)."""
 
 from __future__ import annotations
 
-from services.core import dmug
+from services.core.dmug import plan_units
 from services.core.model import IntentSpec, NodeState, PlanInput
 from services.core.policies.registry import get_policy
 
@@ -58,7 +58,7 @@ def test_light_work_is_charged_by_its_summed_load():
     lights = [urgent(f"u{k}", rate=4.0, base=20.0, seq=10 + k) for k in range(20)]  # 0.08 each
     node = NodeState(name="n", cpu_units=4, cpu_ids=(0, 1, 2, 3))
     state = PlanInput(intents=[*lights, online(rate=300.0)], node=node)
-    table, units = dmug.plan_units(state)
+    table, units = plan_units(state)
     assert units.shared[:20].all() and not units.shared[20]
     assert units.shared_reserve == 2  # 20 x 0.08 = 1.6 cores, rounded
     d = get_policy("parfusion").allocate(state).by_id()

@@ -201,5 +201,5 @@ def test_share_above_the_lane_is_capped_per_gpu() -> None:
     plan.assignments[1].share_percent = 500.0
     train = {p.intent_id: p for p in place(plan, lanes, RANGE, names)}["train"]
     assert train.gpu_indexes == (2, 3, 4, 5)
-    assert train.share_percent == 100.0 and train.mig_profile == ""
+    assert train.share_percent == 100.0 and train.mig_profile == "7g.141gb"
     assert "capped at 100% per GPU" in train.reason

@@ -67,15 +67,41 @@ def test_multi_gpu_intent_env_lists_every_ordinal() -> None:
     assert envs["train"]["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=16G,1=16G,2=16G"
 
 
-def test_mig_lookup_then_create_then_dci_before_dgi() -> None:
+def test_mig_enable_then_lookup_then_create_then_dci_before_dgi() -> None:
     cmds = [c for c in _preview().commands if c.kind == "mig" and c.intent_id == "train"]
     flags = [c.argv[-1] for c in cmds]
-    assert cmds[0].argv == ("nvidia-smi", "mig", "-i", "2", "-lgip")
-    assert cmds[1].argv[:5] == ("nvidia-smi", "mig", "-i", "2", "-cgi")
-    assert cmds[1].argv[5].startswith("<id of 4g.71gb from: nvidia-smi mig -i 2 -lgip>")
-    assert flags[2:] == ["-cci", "-dci", "-dgi"]
-    resolved = _preview(mig_ids={(2, "4g.71gb"): 5}).commands
-    assert ("nvidia-smi", "mig", "-i", "2", "-cgi", "5") in [c.argv for c in resolved]
+    assert cmds[0].argv == ("nvidia-smi", "-i", "2", "-mig", "1")
+    assert "needs the GPU idle" in cmds[0].purpose and "nvidia-smi -i 2 -r" in cmds[0].purpose
+    assert cmds[1].argv == ("nvidia-smi", "mig", "-i", "2", "-lgip")
+    assert cmds[2].argv[:5] == ("nvidia-smi", "mig", "-i", "2", "-cgi")
+    assert cmds[2].argv[5].startswith("<id of 4g.71gb from: nvidia-smi mig -i 2 -lgip>")
+    assert flags[3:] == ["-cci", "-dci", "-dgi"]
+    resolved = _preview(mig_ids={(2, "4g.71gb"): 5}, mig_enabled={2}).commands
+    argvs = [c.argv for c in resolved if c.intent_id == "train"]
+    assert ("nvidia-smi", "mig", "-i", "2", "-cgi", "5") in argvs
+    assert ("nvidia-smi", "-i", "2", "-mig", "1") not in argvs  # NVML says MIG mode is on
+
+
+def test_every_share_and_memory_gets_a_slice_or_a_reason() -> None:
+    plan = demo_plan()
+    shares = {"chat": 50.0, "train": 90.0, "arm": 10.0}
+    for a in plan.assignments:
+        a.share_percent = shares.get(a.intent_id, a.share_percent)
+        if a.intent_id == "arm":
+            a.memory_limit_bytes = 80 * 10**9
+        if a.intent_id == "estop":
+            a.memory_limit_bytes = 150 * 10**9
+    preview = _preview(plan=plan)
+    created = {
+        c.intent_id: c.purpose.split("(")[1].split(")")[0]
+        for c in preview.commands
+        if c.kind == "mig" and "-cgi" in c.argv
+    }
+    assert created == {"chat": "4g.71gb", "train": "7g.141gb", "arm": "7g.141gb"}
+    assert (
+        "MIG for estop: no MIG: whole GPU (memory 150 GB is more than the largest slice, "
+        "7g.141gb)." in preview.notes
+    )
 
 
 def test_notes_carry_the_mps_facts() -> None:
@@ -84,6 +110,7 @@ def test_notes_carry_the_mps_facts() -> None:
     assert "can only tighten" in notes
     assert "One MPS server serves one user id" in notes
     assert "-dci before -dgi" in notes
+    assert "nvidia-smi -i N -mig 1, which needs the GPU idle and may need a GPU reset" in notes
     assert "never preempts a running kernel" in notes
 
 

@@ -10,12 +10,14 @@ import sys
 import time
 from pathlib import Path
 
+import httpx
 import psutil
 import pytest
 
 from parfusion.launcher import healthy
-from parfusion.services import BY_NAME
-from tests.stack import port_overrides, start_stack
+from parfusion.services import BY_NAME, SERVICES, env_key
+from tests.conftest import free_port
+from tests.stack import Stack, port_overrides, start_stack
 
 pytestmark = pytest.mark.integration
 
@@ -122,3 +124,47 @@ def test_unknown_service_is_a_clear_error(home: Path) -> None:
 def test_healthy_follows_port_override(monkeypatch: pytest.MonkeyPatch, home: Path) -> None:
     monkeypatch.setenv("PARFUSION_GPULANE_PORT", "1")
     assert healthy(BY_NAME["gpulane"], timeout=0.2) is False
+
+
+def test_ports_move_together_end_to_end(home: Path) -> None:
+    """Only PARFUSION_<SERVICE>_PORT / _METRICS_PORT are set: peers and the CLI follow them."""
+    names = ["allocator", "nodeagent", "bridge"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PARFUSION_")}
+    env["PARFUSION_HOME"] = str(home)
+    ports: dict[str, int] = {}
+    for spec in SERVICES:
+        ports[spec.name] = free_port()
+        env[env_key(spec.name, "port")] = str(ports[spec.name])
+        if spec.metrics_port:
+            env[env_key(spec.name, "metrics_port")] = str(free_port())
+    stack = Stack(home=home, env=env, ports=ports)
+    try:
+        stack.start(names)
+        plan = _wait_for(stack, ("plan",), "telemetry fresh")
+        assert "policy parfusion" in plan
+        assert stack._parfusion("intents").returncode == 0
+        state = httpx.get(f"{stack.address('bridge')}/api/state", timeout=5).json()
+        assert state["allocator"]["address"] == f"127.0.0.1:{ports['allocator']}"
+        metrics = httpx.get(
+            f"http://127.0.0.1:{env['PARFUSION_ALLOCATOR_METRICS_PORT']}/metrics", timeout=5
+        )
+        assert metrics.status_code == 200 and "parfusion_" in metrics.text
+        status = stack._parfusion("status").stdout
+        for name in names:
+            assert f"127.0.0.1:{ports[name]}" in status
+        check = stack._parfusion("check-env").stdout
+        assert f"allocator:{ports['allocator']}" in check and "in use" in check
+    finally:
+        stack.close()
+
+
+def _wait_for(stack: Stack, args: tuple[str, ...], text: str, timeout_s: float = 30.0) -> str:
+    deadline = time.monotonic() + timeout_s
+    out = ""
+    while time.monotonic() < deadline:
+        done = stack._parfusion(*args)
+        out = done.stdout + done.stderr
+        if done.returncode == 0 and text in out:
+            return out
+        time.sleep(0.5)
+    raise AssertionError(f"`parfusion {' '.join(args)}` never showed {text!r}:\n{out}")

@@ -1,4 +1,4 @@
-"""Cross-layer knobs: turns a unit allocation (dmug.UnitPlan) into the tick's Decisions.
+"""Cross-layer knobs: turns a unit allocation (outcome.UnitPlan) into the tick's Decisions.
 
 Every policy ends here. With cross-layer control on, deadline work gets its own CPU cores first,
 nice 0 and a high cgroup weight, batch the shared rest, nice 10..19 and SCHED_BATCH (SCHED_IDLE
@@ -23,26 +23,8 @@ import numpy as np
 
 from services.common.latency import format_ms
 from services.core.cpuset import format_cpuset
-from services.core.dmug import (
-    ADMITTED,
-    BATCH_ADMITTED,
-    FIXED,
-    HELD_DEGRADED,
-    IDLE_TIME,
-    LATENCY_CEILING_MS,
-    MET,
-    MET_DEGRADED,
-    NOT_ADMITTED,
-    SHARED,
-    SHORT,
-    STATE_NAMES,
-    UNREACHABLE,
-    WAS_PREEMPTED,
-    IntentTable,
-    UnitPlan,
-    cpu_pressure,
-    offered_load,
-)
+from services.core.deadline import offered_load
+from services.core.formulas import LATENCY_CEILING_MS, cpu_pressure
 from services.core.memo import Column, LastDecisions, LastReasons, TickMemo, changed_from
 from services.core.model import (
     DEGRADATION_ORDER,
@@ -51,6 +33,26 @@ from services.core.model import (
     PlanInput,
     PlanResult,
 )
+from services.core.outcome import (
+    ADMITTED,
+    BATCH_ADMITTED,
+    FIXED,
+    HELD_DEGRADED,
+    IDLE_TIME,
+    MET,
+    MET_DEGRADED,
+    MET_WITH_LEFTOVER,
+    NOT_ADMITTED,
+    POLICY_UNITS,
+    REASON_CODES,
+    SHARED,
+    SHORT,
+    STATE_NAMES,
+    UNREACHABLE,
+    WAS_PREEMPTED,
+    UnitPlan,
+)
+from services.core.table import IntentTable
 from services.core.waterfill import select_increments
 
 _LEVEL_NAMES = np.array(DEGRADATION_ORDER, dtype=object)  # index -> name, one gather per tick
@@ -208,7 +210,7 @@ def gpu_shares(
 # constant ("policy", "light")
 _TEMPLATES = {
     MET: ("deadline phase: %d units meet %g ms (pred p99 %.1f ms)", ("need", "deadline", "p99")),
-    -2: ("deadline phase: %d units meet %g ms (pred p99 %.1f ms); +%d of the leftover units",
+    MET_WITH_LEFTOVER: ("deadline phase: %d units meet %g ms (pred p99 %.1f ms); +%d of the leftover units",
          ("need", "deadline", "p99", "leftover")),
     MET_DEGRADED: ("degraded to %s: %g ms unreachable at %d units at NORMAL; "
                    "%d units meet it at %s (pred p99 %.1f ms)",
@@ -225,10 +227,9 @@ _TEMPLATES = {
     IDLE_TIME: ("%s: idle-time batch, holds no units", ("policy",)),
     SHARED: ("light: offered load %.3g cores <= %g; runs %d on shared cores, holds no units "
              "(pred p99 %.1f ms for %g ms)", ("load", "light", "units", "p99", "deadline")),
-    -1: ("%s: %d units (pred p99 %.1f ms for %g ms)", ("policy", "units", "p99", "deadline")),
+    POLICY_UNITS: ("%s: %d units (pred p99 %.1f ms for %g ms)", ("policy", "units", "p99", "deadline")),
     BATCH_ADMITTED: ("%s: %d units (next-unit nmu %.3g)", ("policy", "units", "nmu")),
 }  # fmt: skip
-_REASON_CODES = range(-2, 11)  # every code a reason can have: -2, -1 and the outcome codes
 # an unbounded p99 as the templates (%.1f) write it, and as every view writes it
 _UNBOUNDED_P99 = (
     f"pred p99 {LATENCY_CEILING_MS:.1f} ms",
@@ -258,8 +259,8 @@ def reasons(
     outcome = np.where(lost > 0, WAS_PREEMPTED, plan.outcome)
     outcome[(outcome == BATCH_ADMITTED) & (units == 0)] = NOT_ADMITTED
     outcome[(outcome == IDLE_TIME) & (units > 0)] = BATCH_ADMITTED
-    outcome[(outcome == BATCH_ADMITTED) & table.has_deadline] = -1
-    outcome[(outcome == MET) & (units > need)] = -2
+    outcome[(outcome == BATCH_ADMITTED) & table.has_deadline] = POLICY_UNITS
+    outcome[(outcome == MET) & (units > need)] = MET_WITH_LEFTOVER
     # every column a template may read: what a row's text depends on, with its code
     columns = {
         "code": outcome, "units": units, "need": need, "leftover": units - need,
@@ -278,11 +279,11 @@ def reasons(
         # preempted rows name their preemptor (a spec name): always formatted again
         rows = (changed | (outcome == WAS_PREEMPTED)).nonzero()[0]
     if rows.size:  # none in a tick where every text is kept
-        shifted = outcome[rows] - _REASON_CODES.start
-        counts = np.bincount(shifted, minlength=len(_REASON_CODES)).tolist()
+        shifted = outcome[rows] - REASON_CODES.start
+        counts = np.bincount(shifted, minlength=len(REASON_CODES)).tolist()
         by_code = rows[np.argsort(shifted, kind="stable")]  # each group's rows in ascending order
         at = 0
-        for code, count in zip(_REASON_CODES, counts, strict=True):
+        for code, count in zip(REASON_CODES, counts, strict=True):
             if not count:
                 continue
             idx = by_code[at : at + count]

@@ -9,7 +9,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from services.core import dmug
-from services.core.gcpause import cyclic_gc_paused
 from services.core.memo import TickMemo
 from services.core.model import PlanInput, PlanResult
 from services.core.policies.crosslayer import Knobs, decide
@@ -25,10 +24,9 @@ class DmugPolicy:
     memo: TickMemo = field(default_factory=TickMemo, repr=False, compare=False)
 
     def allocate(self, state: PlanInput) -> PlanResult:
-        with cyclic_gc_paused():
-            table, plan = dmug.plan_units(state, self.options, self.memo)
-            rank = dmug.tie_rank(table)
-            return decide(state, table, plan, self.name, self.knobs, rank, self.memo)
+        table, plan = dmug.plan_units(state, self.options, self.memo)
+        rank = dmug.tie_rank(table)
+        return decide(state, table, plan, self.name, self.knobs, rank, self.memo)
 
 
 def parfusion() -> DmugPolicy:

@@ -4,7 +4,7 @@
 while they fit, equal CPU weights, no preemption, no degradation, no OS or GPU knobs); `fifo`
 serves intents first-come (IntentSpec.seq), each up to its cap; `static` gives fixed preferred
 units and never reacts to observed service times; `loadbalance-only` spreads the units evenly.
-Their predicted p99, slack and risk come from dmug.assess, so experiments compare like with like.
+Their predicted p99, slack and risk come from assess, so experiments compare like with like.
 """
 
 from __future__ import annotations
@@ -14,11 +14,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from services.core import dmug
-from services.core.gcpause import cyclic_gc_paused
+from services.core.dmug import assess, tie_rank
 from services.core.memo import TickMemo
 from services.core.model import PlanInput, PlanResult
+from services.core.outcome import BATCH_ADMITTED, NOT_ADMITTED
 from services.core.policies.crosslayer import Knobs, decide
+from services.core.table import IntentTable, build_table
 
 NO_KNOBS = Knobs(cross_layer=False, gpu_intent=False)
 
@@ -26,7 +27,7 @@ NO_KNOBS = Knobs(cross_layer=False, gpu_intent=False)
 def _first_fit(ask: np.ndarray, order: np.ndarray, capacity: int, floor: np.ndarray | None = None):
     """Grant ask[i] in `order` while it fits; if it does not, grant `floor[i]` when that fits."""
     units = np.zeros(len(ask), dtype=np.int64)
-    outcome = np.full(len(ask), dmug.BATCH_ADMITTED, dtype=np.int64)
+    outcome = np.full(len(ask), BATCH_ADMITTED, dtype=np.int64)
     free = capacity
     for i in order.tolist():
         a = int(ask[i])
@@ -36,33 +37,33 @@ def _first_fit(ask: np.ndarray, order: np.ndarray, capacity: int, floor: np.ndar
             units[i] = a
             free -= a
         else:
-            outcome[i] = dmug.NOT_ADMITTED
+            outcome[i] = NOT_ADMITTED
     return units, outcome, free
 
 
-def _requests(table: dmug.IntentTable) -> np.ndarray:
+def _requests(table: IntentTable) -> np.ndarray:
     return np.minimum(np.where(table.preferred > 0, table.preferred, table.min_units), table.cap)
 
 
-def baseline_units(table: dmug.IntentTable, capacity: int):
+def baseline_units(table: IntentTable, capacity: int):
     order = np.lexsort((np.arange(table.n), table.seq, -table.weight))
     units, outcome, _ = _first_fit(_requests(table), order, capacity)
     return units, outcome
 
 
-def fifo_units(table: dmug.IntentTable, capacity: int):
+def fifo_units(table: IntentTable, capacity: int):
     order = np.lexsort((np.arange(table.n), table.seq))
     units, outcome, _ = _first_fit(table.cap, order, capacity, floor=table.min_units)
     return units, outcome
 
 
-def static_units(table: dmug.IntentTable, capacity: int):
+def static_units(table: IntentTable, capacity: int):
     order = np.lexsort((np.arange(table.n), table.seq))
     units, outcome, _ = _first_fit(_requests(table), order, capacity)
     return units, outcome
 
 
-def loadbalance_units(table: dmug.IntentTable, capacity: int):
+def loadbalance_units(table: IntentTable, capacity: int):
     """Even spread: raise a common level t, each intent holding clip(t, min, cap), to the largest
     t that fits; the remainder goes one unit each in submission order."""
     n = table.n
@@ -95,17 +96,13 @@ class ReferencePolicy:
     name: str
     kind: str
     description: str
-    units_fn: Callable[[dmug.IntentTable, int], tuple[np.ndarray, np.ndarray]]
+    units_fn: Callable[[IntentTable, int], tuple[np.ndarray, np.ndarray]]
     use_predictor: bool = True
     sticky: bool = False  # keep the units of the first allocation (no feedback)
     memo: TickMemo = field(default_factory=TickMemo, repr=False, compare=False)
 
     def allocate(self, state: PlanInput) -> PlanResult:
-        with cyclic_gc_paused():
-            return self._allocate(state)
-
-    def _allocate(self, state: PlanInput) -> PlanResult:
-        table = dmug.build_table(state, self.use_predictor, self.memo)
+        table = build_table(state, self.use_predictor, self.memo)
         capacity = max(int(state.node.cpu_units), 0)
         units, outcome = self.units_fn(table, capacity)
         if self.sticky:
@@ -118,10 +115,10 @@ class ReferencePolicy:
                         break
                     over -= int(units[i])
                     units[i] = 0
-                    outcome[i] = dmug.NOT_ADMITTED
+                    outcome[i] = NOT_ADMITTED
         level = np.zeros(table.n, dtype=np.int64)
-        plan = dmug.assess(table, units, level, outcome, state.config)
-        return decide(state, table, plan, self.name, NO_KNOBS, dmug.tie_rank(table), self.memo)
+        plan = assess(table, units, level, outcome, state.config)
+        return decide(state, table, plan, self.name, NO_KNOBS, tie_rank(table), self.memo)
 
 
 def baseline() -> ReferencePolicy:

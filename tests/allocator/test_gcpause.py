@@ -1,19 +1,22 @@
-"""The cyclic collector is paused for a policy tick and resumed as it was found."""
+"""The allocator's loop pauses the cyclic collector for a tick and resumes it as it was found;
+the policies themselves leave the collector alone (the core keeps no process-wide state)."""
 
 from __future__ import annotations
 
 import gc
 import threading
-from contextlib import contextmanager
 
 import pytest
 
-from services.core import gcpause
-from services.core.gcpause import cyclic_gc_paused
-from services.core.model import IntentSpec, NodeState, PlanInput
-from services.core.policies import parfusion as family
-from services.core.policies import reference
+from services.allocator import gcpause
+from services.allocator import loop as loop_module
+from services.allocator.gcpause import cyclic_gc_paused
+from services.allocator.loop import ControlLoop, LoopConfig
+from services.allocator.store import IntentStore
+from services.core.model import IntentSpec, NodeState, PlanInput, PlanResult
 from services.core.policies.registry import POLICIES, get_policy
+from services.core.validation import normalize_intent
+from tests.allocator.conftest import batch_intent
 
 
 @pytest.fixture(autouse=True)
@@ -66,22 +69,34 @@ def test_overlapping_ticks_resume_only_when_the_last_one_ends():
 
 
 @pytest.mark.parametrize("name", list(POLICIES))
-def test_every_policy_ticks_with_the_collector_paused(name, monkeypatch):
-    """Wraps the real pause to record the collector's state inside the tick."""
+def test_a_policy_leaves_the_collector_alone(name):
     gc.enable()
-    seen = []
-    real = gcpause.cyclic_gc_paused
-
-    @contextmanager
-    def watching():
-        with real():
-            seen.append(gc.isenabled())
-            yield
-
-    monkeypatch.setattr(family, "cyclic_gc_paused", watching)
-    monkeypatch.setattr(reference, "cyclic_gc_paused", watching)
     spec = IntentSpec(id="a", name="a", workload_class="BATCH")
     result = get_policy(name).allocate(PlanInput(intents=[spec], node=NodeState("n", 4)))
     assert len(result.decisions) == 1
-    assert seen == [False]
+    assert gc.isenabled()
+
+
+def test_the_loop_ticks_and_previews_with_the_collector_paused(tmp_path, monkeypatch):
+    """The loop's policy records the collector's state inside its ticks and previews."""
+    gc.enable()
+    seen = []
+    store = IntentStore(tmp_path / "allocator.db")
+
+    class Watching:
+        name, kind, description = "watching", "ablation", "records the collector's state"
+
+        def allocate(self, state: PlanInput) -> PlanResult:
+            seen.append(gc.isenabled())
+            return get_policy("parfusion").allocate(state)
+
+    monkeypatch.setattr(loop_module, "get_policy", lambda name: Watching())
+    try:
+        store.submit(normalize_intent(batch_intent()))
+        loop = ControlLoop(store, LoopConfig())
+        assert loop.tick() is not None
+        loop.preview()
+    finally:
+        store.close()
+    assert seen == [False, False]
     assert gc.isenabled()

@@ -1,0 +1,114 @@
+"""One control-loop tick: service-time observations into the predictor, then the policy's plan.
+
+``plan_tick`` is the one path from intents, node state, observations and the previous plan to
+the next plan; the allocator's loop and what-if preview, the modeled experiments, the co-run
+controller and the extender's simulator all call it. The predictor and the policy (with its
+memo) are the caller's state, handed in; nothing here reads a clock, does I/O or keeps state.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from parfusion.v1 import telemetry_pb2
+from services.core.formulas import observation_factor
+from services.core.model import (
+    Decision,
+    DmugConfig,
+    IntentSpec,
+    NodeState,
+    PlanInput,
+    PlanResult,
+    ServiceStats,
+)
+from services.core.policies.base import Policy
+
+
+class ServiceTimes(Protocol):
+    """What a tick needs of the predictor (services/core/predictor.py's Predictor)."""
+
+    def observe_many(
+        self, intent_id: str, samples: Iterable[float], units: int = 1, factor: float = 1.0
+    ) -> None: ...
+
+    def snapshot(self) -> dict[str, ServiceStats]: ...
+
+
+@dataclass(frozen=True)
+class Observation:
+    """Service times (ms) one intent's pool reported, and the workers it ran them with."""
+
+    intent_id: str
+    samples: Sequence[float]
+    workers: int = 0  # 0: unknown (the last allocation's workers are taken)
+
+
+def observations(telemetry: telemetry_pb2.NodeTelemetry) -> list[Observation]:
+    """The node agent's recent service times, per intent, with its pool's workers."""
+    workers = {p.intent_id: p.workers for p in telemetry.pools}
+    return [
+        Observation(s.intent_id, tuple(s.recent_service_ms), workers.get(s.intent_id, 0))
+        for s in telemetry.latencies
+        if s.recent_service_ms
+    ]
+
+
+def observe(
+    predictor: ServiceTimes,
+    seen: Iterable[Observation],
+    intents: Sequence[IntentSpec],
+    node: NodeState,
+    previous: Mapping[str, Decision],
+    allocated: Mapping[str, int],
+    config: DmugConfig,
+) -> None:
+    """Feed `seen` to the predictor: only intents being planned, only finite non-negative
+    samples, at the parallelism they ran with (the pool's workers, else the last allocation's,
+    else 1) and the latency factor they ran under (the previous decision's degradation level,
+    the node's pressure), so the predictor can rescale them to NORMAL."""
+    specs = {s.id: s for s in intents}
+    for obs in seen:
+        spec = specs.get(obs.intent_id)
+        if spec is None:
+            continue
+        samples = [x for x in obs.samples if math.isfinite(x) and x >= 0]
+        if not samples:
+            continue
+        units = obs.workers or allocated.get(obs.intent_id) or 1
+        last = previous.get(obs.intent_id)
+        level = last.degradation if last is not None else "NORMAL"
+        factor = observation_factor(spec, node, config, level)
+        predictor.observe_many(obs.intent_id, samples, units=units, factor=factor)
+
+
+def plan_tick(
+    policy: Policy,
+    predictor: ServiceTimes | None,
+    intents: Sequence[IntentSpec],
+    node: NodeState,
+    *,
+    previous: Mapping[str, Decision] | None = None,
+    tick: int = 0,
+    config: DmugConfig | None = None,
+    seen: Iterable[Observation] = (),
+    allocated: Mapping[str, int] | None = None,
+) -> PlanResult:
+    """The next plan: `seen` goes to the predictor (``observe``), then `policy` plans the
+    intents on `node` with the predictor's statistics (none without a predictor), the previous
+    plan (Decisions by intent id) and the tick number (hysteresis counts ticks)."""
+    config = config if config is not None else DmugConfig()
+    previous = previous if previous is not None else {}
+    if predictor is not None:
+        observe(predictor, seen, intents, node, previous, allocated or {}, config)
+    state = PlanInput(
+        intents=intents,
+        node=node,
+        stats=predictor.snapshot() if predictor is not None else {},
+        previous=previous,
+        tick=tick,
+        config=config,
+    )
+    return policy.allocate(state)
