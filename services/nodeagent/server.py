@@ -202,6 +202,7 @@ def build(settings: ServiceSettings) -> tuple[list[Registration], list[Callable[
 class RunningNodeAgent:
     server: RunningServer
     backend: NodeBackend
+    servicer: NodeAgentServicer
 
     @property
     def address(self) -> str:
@@ -221,7 +222,7 @@ def start_nodeagent(settings: ServiceSettings, *, port: int = 0) -> RunningNodeA
     for hook in hooks:
         server.on_stop(hook)
     servicer = registrations[0][1]
-    return RunningNodeAgent(server=server, backend=servicer.backend)
+    return RunningNodeAgent(server=server, backend=servicer.backend, servicer=servicer)
 
 
 def main(argv: list[str] | None = None) -> None:
