@@ -11,7 +11,7 @@ sides that disagree. Entries are compared as bytes, so "changed" is exact.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 
@@ -31,16 +31,30 @@ class DeltaSender:
         self._held: dict[str, bytes] | None = None  # None: unknown, send everything
         self.held_generation = 0
 
-    def diff(self, entries: Mapping[str, bytes]) -> Delta:
+    def diff(self, entries: Mapping[str, bytes], present: Collection[str] | None = None) -> Delta:
+        """The delta from what is held to ``entries``; with ``present`` (every key the state
+        has now), ``entries`` need only hold the keys that may have changed."""
         held = self._held
         if held is None:
             return Delta(0, list(entries), [])
         changed = [k for k, v in entries.items() if held.get(k) != v]
+        if present is not None:
+            return Delta(self.held_generation, changed, [k for k in held if k not in present])
         added = sum(1 for k in changed if k not in held)
         # every held key is still there when the kept ones and the added ones make up `entries`
         gone = len(held) + added != len(entries)
         removed = [k for k in held if k not in entries] if gone else []
         return Delta(self.held_generation, changed, removed)
+
+    def advance(self, delta: Delta, entries: Mapping[str, bytes], generation: int) -> None:
+        """The receiver applied ``delta`` (its changed keys' entries taken from ``entries``)."""
+        if self._held is None or not delta.base:
+            self._held = {}
+        for k in delta.removed:
+            self._held.pop(k, None)
+        for k in delta.changed:
+            self._held[k] = entries[k]
+        self.held_generation = generation
 
     def held(self, entries: Mapping[str, bytes], generation: int) -> None:
         """The receiver now holds exactly ``entries`` at ``generation``."""

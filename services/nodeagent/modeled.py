@@ -62,6 +62,9 @@ class ModeledBackend:
         self._lock = threading.Lock()
         self._generation = 0
         self._units: dict[str, int] = {}  # units held per intent in the plan in force
+        # the Assignment each pool was last reported with: a sampled_only telemetry reports
+        # only pools whose Assignment object changed (a plan replaces it, never edits it)
+        self._pools_reported: dict[str, Assignment] = {}
         # The headless driver turns the sliding-window p50/p95/p99 off: the allocator's loop
         # reads only recent_service_ms, pools and pressure, and the experiments compute their
         # percentiles from the full history. The service always reports them.
@@ -277,8 +280,14 @@ class ModeledBackend:
         if active is not None:
             tel.active_disturbance.CopyFrom(disturbance_to_proto(active.spec))
             tel.disturbance_remaining_s = active.remaining_s(node.now_s)
+        # only the draining reader (the allocator's loop) moves what counts as reported
+        reported: dict[str, Assignment] = {}
+        if sampled_only:
+            reported = self._pools_reported if drain else dict(self._pools_reported)
         for intent_id, run in node.runs.items():
-            self._pool(tel, intent_id, run)
+            if reported.get(intent_id) is not run.assignment:
+                self._pool(tel, intent_id, run)
+                reported[intent_id] = run.assignment
             if sampled_only and not run.stats.has_recent:
                 continue
             view = run.stats.view(with_percentiles=self._window_percentiles)
@@ -298,7 +307,15 @@ class ModeledBackend:
                     recent_service_ms=recent,
                 )
             )
+        if drain:
+            if len(reported) > len(node.runs):  # forget the pools that are gone
+                reported = {i: a for i, a in reported.items() if i in node.runs}
+            self._pools_reported = reported
         return tel
+
+    def pool_ids(self) -> set[str]:
+        with self._lock:
+            return set(self.node.runs)
 
     def _pool(self, tel: telemetry_pb2.NodeTelemetry, intent_id: str, run: IntentRun) -> None:
         a = run.assignment

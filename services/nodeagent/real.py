@@ -481,6 +481,10 @@ class RealBackend:
             )
         return tel
 
+    def pool_ids(self) -> set[str]:
+        with self._lock:
+            return set(self._intents)
+
     # -- disturbance --------------------------------------------------------------------------
     def inject_disturbance(self, disturbance: telemetry_pb2.Disturbance) -> tuple[bool, float]:
         if not self.options.allow_real_stress:

@@ -109,39 +109,47 @@ class NodeAgentServicer(nodeagent_pb2_grpc.NodeAgentServiceServicer):
         return [a for a in self.backend.apply(whole) if a.intent_id in changed]
 
     def GetNodeTelemetry(self, request: Any, context: Any) -> Any:  # noqa: N802
-        known = request.known_generation
-        in_step = bool(request.delta and known and known == self._telemetry_sent.held_generation)
-        telemetry = self.backend.telemetry(drain=request.drain_samples, sampled_only=in_step)
-        for kind in ("online", "batch"):
-            metrics.POOL_WORKERS.labels(kind).set(
-                sum(p.workers for p in telemetry.pools if p.kind == kind)
-            )
         if not request.delta:
+            telemetry = self.backend.telemetry(drain=request.drain_samples)
+            self._pool_gauges(telemetry)
             return nodeagent_pb2.GetNodeTelemetryResponse(telemetry=telemetry)
         with self._telemetry_lock:
-            return self._telemetry_delta(telemetry, request.known_generation)
+            return self._telemetry_delta(request.drain_samples, request.known_generation)
 
-    def _telemetry_delta(self, telemetry: Any, known: int) -> Any:
-        """The reply against what the loop holds (see GetNodeTelemetryRequest.delta)."""
+    def _telemetry_delta(self, drain: bool, known: int) -> Any:
+        """The reply against what the loop holds (see GetNodeTelemetryRequest.delta): when it
+        holds the last reply, the backend reports only pools that may have changed and the
+        intents with samples, and the reply names the pools that are gone."""
         sender = self._telemetry_sent
-        if not known or known != sender.held_generation:
+        in_step = bool(known) and known == sender.held_generation
+        if not in_step:
             sender.forget()
+        telemetry = self.backend.telemetry(drain=drain, sampled_only=in_step)
         pools = {p.intent_id: _pool_key(p) for p in telemetry.pools}
-        delta = sender.diff(pools)
+        delta = sender.diff(pools, self.backend.pool_ids() if in_step else None)
         self._telemetry_generation += 1
         generation = self._telemetry_generation
         # optimistic: a reply that never arrives shows as a known_generation that is not this one
-        sender.held(pools, generation)
+        sender.advance(delta, pools, generation)
         if delta.base:
             keep = set(delta.changed)
             _keep_only(telemetry.pools, lambda p: p.intent_id in keep)
             _keep_only(telemetry.latencies, lambda s: bool(s.recent_service_ms))
+        else:
+            self._pool_gauges(telemetry)
         return nodeagent_pb2.GetNodeTelemetryResponse(
             telemetry=telemetry,
             generation=generation,
             base_generation=delta.base,
             removed_intent_ids=delta.removed,
         )
+
+    @staticmethod
+    def _pool_gauges(telemetry: Any) -> None:
+        for kind in ("online", "batch"):
+            metrics.POOL_WORKERS.labels(kind).set(
+                sum(p.workers for p in telemetry.pools if p.kind == kind)
+            )
 
     def InjectDisturbance(self, request: Any, context: Any) -> Any:  # noqa: N802
         accepted, expires = self.backend.inject_disturbance(request.disturbance)
