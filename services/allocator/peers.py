@@ -35,6 +35,7 @@ from services.common.delta import DeltaSender, HeldState
 log = logging.getLogger(__name__)
 
 RECONNECT_S = 1.0
+RESYNC_TIMEOUT_S = 2.0  # deadline of a telemetry pull that asks for everything
 
 
 class PeerHealth:
@@ -118,6 +119,10 @@ class NodeAgentClient(_Peer):
         request = nodeagent_pb2.GetNodeTelemetryRequest(
             drain_samples=True, delta=True, known_generation=self.pools.generation
         )
+        if not self.pools.generation:
+            # a whole reply (every pool) can take the agent longer than a tick at 10,000
+            # intents: cut off at the usual deadline it would be asked for again, forever
+            timeout_s = max(timeout_s, RESYNC_TIMEOUT_S)
         return stub.GetNodeTelemetry.future(request, timeout=timeout_s)
 
     def finish_pull(self, future: Any) -> telemetry_pb2.NodeTelemetry | None:

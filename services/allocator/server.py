@@ -20,7 +20,7 @@ import grpc
 from parfusion.v1 import allocator_pb2, allocator_pb2_grpc
 from services.allocator.loop import ControlLoop, LoopConfig
 from services.allocator.store import IntentStore
-from services.allocator.watch import END, PlanSnapshot
+from services.allocator.watch import END, PlanSnapshot, ReplyCache
 from services.common.config import ServiceSettings, parse_service_args, resolve_path
 from services.common.errors import InvalidArgument
 from services.common.grpc_server import (
@@ -68,6 +68,7 @@ class AllocatorServicer(allocator_pb2_grpc.AllocatorServiceServicer):
         self.loop = loop
         self.known_lanes = known_lanes
         self.node_name = node_name
+        self._plan_replies = ReplyCache()  # GetPlan replies, shared within a tick
         self.watch_queue = watch_queue
 
     # --- intents -----------------------------------------------------------------------------
@@ -121,9 +122,7 @@ class AllocatorServicer(allocator_pb2_grpc.AllocatorServiceServicer):
         reply.node_stale = stale
         if last_at is not None:
             reply.last_telemetry_at.CopyFrom(last_at)
-        current = self.loop.current()
-        own = reply.SerializeToString()
-        return own if current is None else current.wire + own
+        return self._plan_replies.reply(self.loop.current(), reply.SerializeToString())
 
     async def WatchPlans(self, request: Any, context: Any) -> AsyncIterator[Any]:  # noqa: N802
         sub = self.loop.feed.subscribe(self.watch_queue)

@@ -40,6 +40,26 @@ class PlanSnapshot:
         )
 
 
+class ReplyCache:
+    """The last reply built from a snapshot and a call's own fields: calls in the same tick
+    with the same staleness and policy share one bytes object (each reply would otherwise be
+    a new 1.8 MB copy at 10,000 intents, held until it is sent)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._key: tuple[PlanSnapshot | None, bytes] | None = None
+        self._reply = b""
+
+    def reply(self, snapshot: PlanSnapshot | None, own: bytes) -> bytes:
+        with self._lock:
+            if self._key is not None and self._key[0] is snapshot and self._key[1] == own:
+                return self._reply
+        reply = own if snapshot is None else snapshot.wire + own
+        with self._lock:
+            self._key, self._reply = (snapshot, own), reply
+        return reply
+
+
 def _length_delimited(field_number: int, payload: bytes) -> bytes:
     """One embedded-message field in protobuf's wire format: key, length (varint), payload."""
     head = bytearray()

@@ -62,7 +62,7 @@ class ModeledBackend:
         self._lock = threading.Lock()
         self._generation = 0
         self._units: dict[str, int] = {}  # units held per intent in the plan in force
-        # the Assignment each pool was last reported with: a sampled_only telemetry reports
+        # the Assignment each pool was last reported with: a changed_pools_only telemetry reports
         # only pools whose Assignment object changed (a plan replaces it, never edits it)
         self._pools_reported: dict[str, Assignment] = {}
         # The headless driver turns the sliding-window p50/p95/p99 off: the allocator's loop
@@ -244,14 +244,14 @@ class ModeledBackend:
     # -- telemetry -------------------------------------------------------------------------
 
     def telemetry(
-        self, drain: bool = True, sampled_only: bool = False
+        self, drain: bool = True, sampled_only: bool = False, changed_pools_only: bool = False
     ) -> telemetry_pb2.NodeTelemetry:
         with self._lock:
             self._sync()
-            return self._telemetry(drain, sampled_only)
+            return self._telemetry(drain, sampled_only, changed_pools_only)
 
     def _telemetry(
-        self, drain: bool = True, sampled_only: bool = False
+        self, drain: bool = True, sampled_only: bool = False, changed_pools_only: bool = False
     ) -> telemetry_pb2.NodeTelemetry:
         node = self.node
         cpu_p, _, _ = node.pressures()
@@ -282,7 +282,7 @@ class ModeledBackend:
             tel.disturbance_remaining_s = active.remaining_s(node.now_s)
         # only the draining reader (the allocator's loop) moves what counts as reported
         reported: dict[str, Assignment] = {}
-        if sampled_only:
+        if changed_pools_only:
             reported = self._pools_reported if drain else dict(self._pools_reported)
         for intent_id, run in node.runs.items():
             if reported.get(intent_id) is not run.assignment:

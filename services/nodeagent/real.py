@@ -439,7 +439,7 @@ class RealBackend:
 
     # -- telemetry ----------------------------------------------------------------------------
     def telemetry(
-        self, drain: bool = True, sampled_only: bool = False
+        self, drain: bool = True, sampled_only: bool = False, changed_pools_only: bool = False
     ) -> telemetry_pb2.NodeTelemetry:
         sample = self._sampler.sample()
         tel = telemetry_pb2.NodeTelemetry(

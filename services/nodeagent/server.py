@@ -124,7 +124,9 @@ class NodeAgentServicer(nodeagent_pb2_grpc.NodeAgentServiceServicer):
         in_step = bool(known) and known == sender.held_generation
         if not in_step:
             sender.forget()
-        telemetry = self.backend.telemetry(drain=drain, sampled_only=in_step)
+        telemetry = self.backend.telemetry(
+            drain=drain, sampled_only=True, changed_pools_only=in_step
+        )
         pools = {p.intent_id: _pool_key(p) for p in telemetry.pools}
         delta = sender.diff(pools, self.backend.pool_ids() if in_step else None)
         self._telemetry_generation += 1
@@ -134,7 +136,6 @@ class NodeAgentServicer(nodeagent_pb2_grpc.NodeAgentServiceServicer):
         if delta.base:
             keep = set(delta.changed)
             _keep_only(telemetry.pools, lambda p: p.intent_id in keep)
-            _keep_only(telemetry.latencies, lambda s: bool(s.recent_service_ms))
         else:
             self._pool_gauges(telemetry)
         return nodeagent_pb2.GetNodeTelemetryResponse(
