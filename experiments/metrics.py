@@ -6,7 +6,9 @@ miss % = misses / (completed + dropped). Batch throughput is items per simulated
 urgent response time of one event is the time from the event to the first completed urgent
 request (it includes the wait for the controller's next tick). Preemptions and degradations
 count changes: an intent losing units to urgent work, an intent moving down its
-NORMAL -> FP16 -> INT8 ladder.
+NORMAL -> FP16 -> INT8 ladder. The prediction error of a deadline intent is its last plan's
+predicted tail over the tail the node observed over its window, minus 1, every tick; "steady"
+ticks are at least SETTLE_S after the run's start and the end of every event.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from services.sim.node import IntentRun
 from services.sim.stats import percentiles
 
 LEVEL_RANK = {"NORMAL": 0, "FP16": 1, "INT8": 2}
+SETTLE_S = 10.0  # one telemetry window (configs/model.yaml window_s): observed tails lag a change
 
 
 def _r(x: float, digits: int = 4) -> float:
@@ -137,6 +140,63 @@ def per_second_series(run: PolicyRun, runs: list[IntentRun], seconds: float) -> 
     return {"second": list(range(n)), "online_p99_ms": p99, "online_late_pct": miss}
 
 
+def steady_ticks(run: PolicyRun) -> list[bool]:
+    """Per tick: no event active and none ended (nor the run started) within SETTLE_S."""
+    spans = [(0.0, 0.0)]
+    open_at: float | None = None
+    for e in run.events:
+        if e["kind"] == "urgent_start":
+            open_at = e["at_s"]
+        elif e["kind"] == "urgent_end":
+            spans.append((open_at if open_at is not None else e["at_s"], e["at_s"]))
+        else:
+            spans.append((e["at_s"], e["at_s"] + e["duration_s"]))
+    return [all(not a <= t.t_s < b + SETTLE_S for a, b in spans) for t in run.ticks]
+
+
+def prediction_errors(run: PolicyRun) -> dict[str, dict[str, Any]]:
+    """Per deadline intent: median and 90th percentile of |prediction error| (%) over all ticks
+    that had one and over the steady ones (None when there were none)."""
+    steady = steady_ticks(run)
+    out: dict[str, dict[str, Any]] = {}
+    intents = sorted({i for t in run.ticks for i in t.prediction_error})
+    for i in intents:
+        every = [abs(t.prediction_error[i]) for t in run.ticks if i in t.prediction_error]
+        calm = [
+            abs(t.prediction_error[i])
+            for t, ok in zip(run.ticks, steady, strict=True)
+            if ok and i in t.prediction_error
+        ]
+        out[i] = {"ticks": len(every), "steady_ticks": len(calm)}
+        for name, values in (("all", every), ("steady", calm)):
+            if values:
+                p50, p90 = percentiles(np.asarray(values) * 100.0, (50, 90))
+                out[i][f"{name}_median_pct"], out[i][f"{name}_p90_pct"] = _r(p50, 2), _r(p90, 2)
+            else:
+                out[i][f"{name}_median_pct"] = out[i][f"{name}_p90_pct"] = None
+    return out
+
+
+def stability(run: PolicyRun) -> dict[str, Any]:
+    """Units and level changes and flaps (a change within services.core.stability.STABLE_S of
+    the intent's previous one), over the run and over its steady ticks."""
+    steady = steady_ticks(run)
+    out: dict[str, Any] = {}
+    for name, ticks in (
+        ("all", run.ticks),
+        ("steady", [t for t, ok in zip(run.ticks, steady, strict=True) if ok]),
+    ):
+        flapping = sorted({i for t in ticks for i in t.changes.flapping})
+        out[name] = {
+            "ticks": len(ticks),
+            "units_changes": sum(t.changes.units for t in ticks),
+            "level_changes": sum(t.changes.levels for t in ticks),
+            "flaps": sum(t.changes.flaps for t in ticks),
+            "flapping": flapping,
+        }
+    return out
+
+
 def summarize(run: PolicyRun) -> dict[str, Any]:
     node = run.backend.node
     seconds = run.scenario.seconds
@@ -183,6 +243,8 @@ def summarize(run: PolicyRun) -> dict[str, Any]:
             "queued": queued,
             "holds": arrived == completed + dropped + queued,
         },
+        "prediction_error": prediction_errors(run),
+        "stability": stability(run),
         "decision_changes": units_changes,
         "degradation_decisions": degradations,
         "timeline": {

@@ -127,6 +127,28 @@ def per_intent_table(doc: dict[str, Any]) -> str:
     return "\n".join(rows)
 
 
+def prediction_error_table(doc: dict[str, Any]) -> str:
+    """Median (90th percentile) |predicted / observed tail - 1| per deadline intent and policy,
+    over steady ticks (all ticks where the run has none)."""
+    results = doc["results"]
+    names = sorted({i for p in doc["policies"] for i in results[p].get("prediction_error", {})})
+    rows = ["| policy | " + " | ".join(f"{n} error %" for n in names) + " |"]
+    rows.append("|---|" + "---:|" * len(names))
+    for policy in doc["policies"]:
+        per = results[policy].get("prediction_error", {})
+        cells = []
+        for n in names:
+            e = per.get(n)
+            if e is None or e["all_median_pct"] is None:
+                cells.append("n/a")
+            elif e["steady_median_pct"] is not None:
+                cells.append(f"{e['steady_median_pct']:.1f} ({e['steady_p90_pct']:.1f})")
+            else:
+                cells.append(f"{e['all_median_pct']:.1f} ({e['all_p90_pct']:.1f}) all")
+        rows.append(f"| `{policy}` | " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
 # -- figures -------------------------------------------------------------------------------
 
 
@@ -266,6 +288,12 @@ def render(
         "Per deadline intent:",
         "",
         per_intent_table(doc),
+        "",
+        "Prediction error: median (90th percentile) of |predicted / observed p99 - 1| per tick, "
+        "over steady ticks (10 s clear of every event), or over all ticks (`all`) where the "
+        "run has none:",
+        "",
+        prediction_error_table(doc),
         "",
         "## Findings (generated from the numbers above)",
         "",

@@ -23,6 +23,7 @@ from services.allocator import plans
 from services.core import convert, model
 from services.core.policies.registry import get_policy
 from services.core.predictor import Predictor
+from services.core.stability import PlanChanges, plan_changes, window_ticks
 from services.core.tick import observations, plan_tick
 from services.nodeagent.backend import BackendOptions
 from services.nodeagent.modeled import ModeledBackend
@@ -44,7 +45,10 @@ class TickRecord:
     degradation: dict[str, str]
     state: dict[str, str]
     predicted_p99_ms: dict[str, float]
+    # per deadline intent with enough observations: the last plan's predicted / observed - 1
+    prediction_error: dict[str, float]
     reason: dict[str, str]
+    changes: PlanChanges  # units / level changes and flaps against the previous tick's plan
     preempted_units: dict[str, int]
     preemptions: int
     degradations: int
@@ -77,6 +81,7 @@ def run_policy(
     params: ModelParams,
     seed: int,
     on_tick: Callable[[], None] | None = None,
+    dmug_config: model.DmugConfig | None = None,
 ) -> PolicyRun:
     clock = SimClock()
     backend = ModeledBackend(
@@ -85,14 +90,14 @@ def run_policy(
         clock=clock,
         seed=seed,
         keep_history=True,
-        window_percentiles=False,
     )
     policy = get_policy(policy_name)
     predictor = Predictor()
     lanes = modeled_lanes(params)
-    dmug_config = model.DmugConfig()
+    dmug_config = dmug_config or model.DmugConfig()
     tick_s = params.tick_ms / 1000.0
     n_ticks = max(1, round(scenario.seconds / tick_s))
+    window = window_ticks(tick_s)
     intents: dict[str, intent_pb2.ResourceIntent] = {i.id: i for i in scenario.intents}
     seq = {i.id: n for n, i in enumerate(scenario.intents)}
     specs = [convert.intent_to_spec(i, seq=seq[i.id]) for i in intents.values()]
@@ -126,13 +131,14 @@ def run_policy(
             seen=observations(tel), allocated=allocated,
         )  # fmt: skip
         run.decision_ms.append((time.perf_counter() - started) * 1000.0)
+        changes = plan_changes(previous, result.decisions, tick, window)
         previous = result.by_id()
         plan = plans.node_plan(
             result, intents, node, generation=tick, created_at=created, decision_ms=0.0
         )
         backend.apply(plan)
         allocated = {a.intent_id: a.workers for a in plan.allocations}
-        run.ticks.append(_record(t, result, node))
+        run.ticks.append(_record(t, result, node, predictor.errors_at(tick), changes))
         if on_tick is not None:
             on_tick()
     return run
@@ -163,7 +169,13 @@ def _fire(
     return False
 
 
-def _record(t: float, result: model.PlanResult, node: model.NodeState) -> TickRecord:
+def _record(
+    t: float,
+    result: model.PlanResult,
+    node: model.NodeState,
+    errors: dict[str, float],
+    changes: PlanChanges,
+) -> TickRecord:
     ds = result.decisions
     return TickRecord(
         t_s=t,
@@ -171,7 +183,9 @@ def _record(t: float, result: model.PlanResult, node: model.NodeState) -> TickRe
         degradation={d.intent_id: d.degradation for d in ds},
         state={d.intent_id: d.state for d in ds},
         predicted_p99_ms={d.intent_id: d.predicted_p99_ms for d in ds},
+        prediction_error=errors,
         reason={d.intent_id: d.reason for d in ds},
+        changes=changes,
         preempted_units={d.intent_id: d.preempted_units for d in ds},
         preemptions=result.preemptions,
         degradations=result.degradations,

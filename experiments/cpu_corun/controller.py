@@ -39,6 +39,7 @@ class TickLog:
     nice: dict[str, int]
     sched: dict[str, str]
     predicted_p99_ms: dict[str, float]
+    prediction_error: dict[str, float]  # the last plan's predicted / observed - 1, per intent
 
 
 @dataclass
@@ -131,6 +132,7 @@ class PolicyController:
                 nice={a.intent_id: a.nice for a in plan.allocations},
                 sched={a.intent_id: a.sched_policy or "other" for a in plan.allocations},
                 predicted_p99_ms={a.intent_id: a.predicted_p99_ms for a in plan.allocations},
+                prediction_error=self.predictor.errors_at(self.ticks),
             )
         )
         self.cpu_seconds += time.thread_time() - cpu0

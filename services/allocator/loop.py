@@ -32,7 +32,8 @@ from services.common.memory import ShrinkWatch, release_freed_memory
 from services.core import convert, model
 from services.core.policies.base import Policy
 from services.core.policies.registry import get_policy
-from services.core.predictor import Predictor
+from services.core.predictor import CalibrationState, Predictor
+from services.core.stability import window_ticks
 from services.core.tick import observations, observe, plan_tick
 
 log = logging.getLogger(__name__)
@@ -68,6 +69,16 @@ class _LockedPredictor:
     ) -> None:
         with self.lock:
             self.predictor.observe_many(intent_id, samples, units=units, factor=factor)
+
+    def calibrate(
+        self, intent_id: str, observed_ms: float, count: int, decision: model.Decision, tick: int
+    ) -> float | None:
+        with self.lock:
+            return self.predictor.calibrate(intent_id, observed_ms, count, decision, tick)
+
+    def calibration(self, intent_id: str) -> CalibrationState | None:
+        with self.lock:
+            return self.predictor.calibration(intent_id)
 
     def snapshot(self) -> dict[str, model.ServiceStats]:
         with self.lock:
@@ -129,6 +140,7 @@ class ControlLoop:
         self._shrink = ShrinkWatch()
         self.feed = PlanFeed()
         self.metrics = metrics.DecisionMetrics()
+        self._stability_window = window_ticks(config.tick_s)
         self.nodeagent = (
             NodeAgentClient(config.nodeagent_address, config.api_token)
             if config.nodeagent_address
@@ -235,7 +247,7 @@ class ControlLoop:
         self.feed.publish(snapshot)
         if specs is not self._names_of:  # the intents' names, once per spec tuple
             self._names, self._names_of = {s.id: s.name for s in specs}, specs
-        self.metrics.record(result, self._names, seconds)
+        self.metrics.record(result, self._names, seconds, tick, self._stability_window)
         metrics.set_node_stale(node.stale)
         self._push(snapshot, header, entries)
         return snapshot
@@ -348,17 +360,21 @@ class ControlLoop:
                 self._telemetry.gpu = gpu
 
     def _observe(self, node: telemetry_pb2.NodeTelemetry) -> None:
-        """The node's service times go to the predictor as a tick feeds them
-        (services/core/tick.py: observe), as soon as they arrive (pulled or pushed)."""
+        """The node's service times and observed tails go to the predictor as a tick feeds
+        them (services/core/tick.py: observe), as soon as they arrive (pulled or pushed); the
+        last plan's prediction error per intent goes to a gauge."""
         with self._lock:
             allocated = self._workers
             previous = self._previous
             specs = self._specs
             node_state = self._node_state()
-        observe(
+            tick = self._tick + 1
+        errors = observe(
             self._stats, observations(node), specs, node_state, previous, allocated,
-            self.config.dmug,
+            self.config.dmug, tick,
         )  # fmt: skip
+        corrections = {i: self._stats.calibration(i) for i in errors}
+        self.metrics.record_prediction_errors(errors, corrections, self._names)
 
     def service_stats(self) -> dict[str, model.ServiceStats]:
         """The predictor's per-intent statistics, as the policies read them."""

@@ -15,6 +15,7 @@ from typing import Any
 from prometheus_client import Counter, Gauge, Histogram
 
 from services.core import model
+from services.core.stability import PlanChanges, plan_changes
 
 DECISION_SECONDS = Histogram(
     "parfusion_dmug_decision_duration_seconds",
@@ -38,6 +39,16 @@ NMU = Gauge(
     "Normalised marginal utility of the intent's last unit",
     ["intent", "intent_id"],
 )
+PREDICTION_ERROR = Gauge(
+    "parfusion_dmug_prediction_error_ratio",
+    "Last plan's predicted tail latency over the observed one, minus 1 (negative: under-predicted)",
+    ["intent", "intent_id"],
+)
+LATENCY_CORRECTION = Gauge(
+    "parfusion_dmug_latency_correction_ratio",
+    "Observed / modelled tail latency the predictor has learnt; D-MUG plans with it",
+    ["intent", "intent_id"],
+)
 DEGRADATIONS = Counter(
     "parfusion_dmug_degradations_total",
     "Intents planned below NORMAL precision, per tick",
@@ -47,6 +58,15 @@ PREEMPTIONS = Counter(
     "parfusion_dmug_preemptions_total",
     "Units taken from preemptible intents for urgent work",
     ["policy"],
+)
+PLAN_CHANGES = Counter(
+    "parfusion_dmug_plan_changes_total",
+    "Intents whose units or degradation level changed from one plan to the next",
+    ["kind"],
+)
+PLAN_FLAPS = Counter(
+    "parfusion_dmug_plan_flaps_total",
+    "Changes of an intent's units or level within 5 s of its previous change",
 )
 INTENTS = Gauge("parfusion_allocator_intents", "Intents in the store", ["workload_class"])
 TICKS = Counter("parfusion_allocator_ticks_total", "Control-loop ticks that produced a plan")
@@ -73,6 +93,7 @@ RESYNCS = Counter(
 )
 
 PER_INTENT = (UNITS, RISK, SLACK, NMU)
+CALIBRATION = (PREDICTION_ERROR, LATENCY_CORRECTION)  # set from telemetry, not from the plan
 CLASSES = ("ONLINE", "BATCH", "ROBOT", "URGENT")
 
 
@@ -97,7 +118,16 @@ class DecisionMetrics:
         self._decisions: tuple[model.Decision, ...] = ()  # the last tick's, in order
         self._names: Mapping[str, str] | None = None
 
-    def record(self, result: model.PlanResult, names: Mapping[str, str], seconds: float) -> None:
+    def record(
+        self,
+        result: model.PlanResult,
+        names: Mapping[str, str],
+        seconds: float,
+        tick: int = 0,
+        window: int = 0,
+    ) -> None:
+        """Publish one tick's decisions; with `window` (stability.window_ticks), count the
+        plan's changes and flaps against the last recorded plan."""
         DECISION_SECONDS.labels(result.policy).observe(seconds)
         if result.degradations:
             DEGRADATIONS.labels(result.policy).inc(result.degradations)
@@ -110,6 +140,14 @@ class DecisionMetrics:
             rows = None
             if names is self._names or names == self._names:
                 rows = model.changed_positions(decisions, self._decisions)
+            if window:
+                last = self._decisions
+                if rows is not None:
+                    before = {last[k].intent_id: last[k] for k in rows}
+                    changes = plan_changes(before, [decisions[k] for k in rows], tick, window)
+                else:
+                    changes = plan_changes({d.intent_id: d for d in last}, decisions, tick, window)
+                _count_changes(changes)
             if rows is not None:
                 for k in rows:
                     self._set(decisions[k], names)
@@ -139,6 +177,21 @@ class DecisionMetrics:
         nmu.set(d.nmu)
         self._series[d.intent_id] = (key, d, children)
 
+    def record_prediction_errors(
+        self,
+        errors: Mapping[str, float],
+        corrections: Mapping[str, Any],
+        names: Mapping[str, str],
+    ) -> None:
+        """Per intent: the last plan's prediction error and the predictor's latency correction
+        (a CalibrationState or None); removed with the intent's other series."""
+        for intent_id, error in errors.items():
+            key = (names.get(intent_id, intent_id), intent_id)
+            PREDICTION_ERROR.labels(*key).set(error)
+            cal = corrections.get(intent_id)
+            if cal is not None:
+                LATENCY_CORRECTION.labels(*key).set(cal.correction)
+
     def forget(self, intent_ids: Iterable[str]) -> None:
         ids = set(intent_ids)
         if not ids:
@@ -152,11 +205,20 @@ class DecisionMetrics:
 
     @staticmethod
     def _remove(key: tuple[str, str]) -> None:
-        for gauge in PER_INTENT:
+        for gauge in PER_INTENT + CALIBRATION:
             try:
                 gauge.remove(*key)
             except KeyError:
                 pass
+
+
+def _count_changes(changes: PlanChanges) -> None:
+    if changes.units:
+        PLAN_CHANGES.labels("units").inc(changes.units)
+    if changes.levels:
+        PLAN_CHANGES.labels("level").inc(changes.levels)
+    if changes.flaps:
+        PLAN_FLAPS.inc(changes.flaps)
 
 
 def set_intent_counts(counts_by_class: Mapping[str, int]) -> None:

@@ -226,6 +226,7 @@ def configured_lanes(settings: ServiceSettings) -> dict[str, list[int]]:
 
 
 def loop_config(settings: ServiceSettings) -> LoopConfig:
+    dmug = model.DmugConfig()  # the core's defaults, where the settings leave a value out
     return LoopConfig(
         node_name=settings.node_name,
         tick_s=settings.get_float("tick_ms", 250.0) / 1000.0,
@@ -234,9 +235,11 @@ def loop_config(settings: ServiceSettings) -> LoopConfig:
         cpu_units=settings.get_int("cpu_units", 0),
         stale_after_s=settings.get_float("stale_after_ms", 1500.0) / 1000.0,
         dmug=model.DmugConfig(
-            hysteresis_min_gain=settings.get_float("hysteresis_min_gain", 0.02),
-            hysteresis_dwell_ticks=settings.get_int("hysteresis_dwell_ticks", 4),
-            light_load_cores=settings.get_float("light_load_cores", 0.1),
+            hysteresis_min_gain=settings.get_float("hysteresis_min_gain", dmug.hysteresis_min_gain),
+            hysteresis_dwell_ticks=settings.get_int(
+                "hysteresis_dwell_ticks", dmug.hysteresis_dwell_ticks
+            ),
+            light_load_cores=settings.get_float("light_load_cores", dmug.light_load_cores),
         ),
         configured_lanes=configured_lanes(settings),
         api_token=settings.api_token,

@@ -47,6 +47,22 @@ class AllocatorOutcome:
         return not self.ok and self.code in UNREACHABLE_CODES
 
 
+@dataclass(frozen=True, slots=True)
+class PlannedAllocation:
+    """What the allocator's plan actually gave an urgent intent (not whether the submit worked)."""
+
+    units: int  # units held against the node's capacity
+    workers: int
+    state: str  # ADMITTED, THROTTLED, DEGRADED, PREEMPTED
+    reason: str
+    predicted_p99_ms: float
+
+    @property
+    def granted(self) -> bool:
+        """The intent runs with at least one unit (ADMITTED or DEGRADED)."""
+        return self.units > 0 and self.state in ("ADMITTED", "DEGRADED")
+
+
 def intent_id_for(event_id: str) -> str:
     return f"bridge-urgent-{event_id}"
 
@@ -102,6 +118,28 @@ class AllocatorClient:
         request = allocator_pb2.SubmitIntentRequest(intent=intent)
         return self._call(
             "submit", intent.id, lambda: self._stub.SubmitIntent(request, timeout=self.timeout_s)
+        )
+
+    def allocation(self, event_id: str) -> PlannedAllocation | None:
+        """The urgent intent's allocation in the allocator's latest plan; None while it is not
+        planned yet or the allocator does not answer (one call, no retry: the robot's tick
+        cannot wait for it)."""
+        request = allocator_pb2.GetIntentRequest(id=intent_id_for(event_id))
+        try:
+            reply = self._stub.GetIntent(request, timeout=self.timeout_s)
+        except grpc.RpcError as exc:
+            code = exc.code().name if hasattr(exc, "code") else "UNKNOWN"
+            log.debug("allocation not read", extra={"event": event_id, "code": code})
+            return None
+        a = reply.allocation
+        if not reply.HasField("allocation") or not a.intent_id:
+            return None
+        return PlannedAllocation(
+            units=a.units,
+            workers=a.workers,
+            state=intent_pb2.AllocationState.Name(a.state).removeprefix("ALLOCATION_STATE_"),
+            reason=a.reason,
+            predicted_p99_ms=a.predicted_p99_ms,
         )
 
     def delete_urgent(self, event_id: str) -> AllocatorOutcome:

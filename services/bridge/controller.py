@@ -26,7 +26,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from services.bridge.allocator_client import AllocatorOutcome
+from services.bridge.allocator_client import AllocatorOutcome, PlannedAllocation
 from services.bridge.checkpoint import CheckpointStore
 from services.bridge.metrics import BridgeMetrics
 from services.bridge.mission import Mission, UrgentEvent
@@ -52,6 +52,8 @@ class AllocatorPort(Protocol):
     def submit_urgent(self, event_id: str, name: str, deadline_ms: float) -> AllocatorOutcome: ...
 
     def delete_urgent(self, event_id: str) -> AllocatorOutcome: ...
+
+    def allocation(self, event_id: str) -> PlannedAllocation | None: ...
 
 
 class RobotBridge:
@@ -239,21 +241,48 @@ class RobotBridge:
                 event.id, event.spec.name, event.spec.deadline_ms
             )
             event.allocator = (
-                "granted" if outcome.ok else "unreachable" if outcome.unreachable else "rejected"
+                "submitted" if outcome.ok else "unreachable" if outcome.unreachable else "rejected"
             )
             event.allocator_error = outcome.error
             self._note_allocator("submit", outcome)
+            self._read_allocation(event)
         self.metrics.urgent_handling.labels(
-            "allocator" if event.allocator == "granted" else "local"
+            "allocator" if event.intent_submitted else "local"
         ).inc()
         event.started_at = self.clock()
         self.metrics.preemption_latency.observe(max(0.0, event.started_at - event.arrived_at))
         self.machine.fire(Event.START_URGENT)
         self._save("urgent_started")
 
+    def _read_allocation(self, event: UrgentEvent) -> None:
+        """What the allocator's plan gave the event's intent: granted (units) or throttled (with
+        the plan's reason). Until its first plan the event stays "submitted"."""
+        if self.allocator is None or not event.intent_submitted:
+            return
+        planned = self.allocator.allocation(event.id)
+        if planned is None:
+            return
+        first = event.allocation is None
+        event.allocator = "granted" if planned.granted else "throttled"
+        event.allocation = {
+            "units": planned.units,
+            "workers": planned.workers,
+            "state": planned.state,
+            "reason": planned.reason,
+            "predicted_p99_ms": planned.predicted_p99_ms,
+        }
+        self.metrics.urgent_allocated_units.set(planned.units if planned.granted else 0)
+        if first:
+            self.metrics.urgent_allocations.labels(planned.state).inc()
+            log.info(
+                "urgent allocation",
+                extra={"urgent": event.id, "units": planned.units, "state": planned.state},
+            )
+
     def _urgent_step(self) -> None:
         event = self.active
         assert event is not None
+        self._read_allocation(event)
         event.done += 1
         self.machine.fire(Event.URGENT_STEP)
         if event.done < event.spec.work:
@@ -268,7 +297,8 @@ class RobotBridge:
         self.metrics.urgent_completed.labels(event.outcome).inc()
         if event.outcome == "missed":
             self.metrics.urgent_deadline_misses.inc()
-        if event.allocator == "granted" and self.allocator is not None:
+        self.metrics.urgent_allocated_units.set(0)
+        if event.intent_submitted and self.allocator is not None:
             outcome = self.allocator.delete_urgent(event.id)
             event.intent_deleted = outcome.ok
             self._note_allocator("delete", outcome)
@@ -453,7 +483,7 @@ class RobotBridge:
                     "active": self._urgent_view(self.active) if self.active else None,
                     "queue": [self._urgent_view(e) for _, _, e in sorted(self.queue)],
                     "recent": [self._urgent_view(e) for e in self.finished],
-                    "handled_locally": bool(self.active and self.active.allocator != "granted"),
+                    "handled_locally": bool(self.active and not self.active.intent_submitted),
                 },
                 "preemption": {"reason": self.preemption_reason},
                 "allocator": {**self.allocator_status, "undeleted_intents": len(self.undeleted)},

@@ -72,6 +72,17 @@ class BridgeMetrics:
             ["mode"],
             registry=registry,
         )
+        self.urgent_allocated_units = Gauge(
+            "parfusion_bridge_urgent_allocated_units",
+            "Units the allocator's latest plan gives the running urgent task (0: none or throttled)",
+            registry=registry,
+        )
+        self.urgent_allocations = Counter(
+            "parfusion_bridge_urgent_allocations_total",
+            "Urgent tasks by the first allocation the allocator's plan gave them",
+            ["state"],
+            registry=registry,
+        )
         self.allocator_failures = Counter(
             "parfusion_bridge_allocator_failures_total",
             "Allocator calls that failed, by operation and reason",

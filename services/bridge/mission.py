@@ -60,14 +60,23 @@ class UrgentEvent:
     mission_stopped_at: float | None = None
     started_at: float | None = None
     finished_at: float | None = None
-    allocator: str = "pending"  # pending, granted, unreachable, rejected, disabled
+    # pending; submitted (the allocator holds the intent, not planned yet); granted or throttled
+    # (what its plan gave: see `allocation`); unreachable, rejected, disabled (handled locally)
+    allocator: str = "pending"
     allocator_error: str = ""
+    # the allocator's plan for the intent: units, workers, state, reason, predicted_p99_ms
+    allocation: dict[str, Any] | None = None
     intent_deleted: bool | None = None
     outcome: str = ""  # "", "met", "missed"
 
     @property
     def deadline_at(self) -> float:
         return self.arrived_at + self.spec.deadline_ms / 1000.0
+
+    @property
+    def intent_submitted(self) -> bool:
+        """The allocator holds this event's URGENT intent (it must be deleted when done)."""
+        return self.allocator in ("submitted", "granted", "throttled")
 
     def to_doc(self) -> dict[str, Any]:
         doc = asdict(self)

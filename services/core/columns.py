@@ -23,7 +23,9 @@ CLASS_CODES = {"ONLINE": 0, "BATCH": 1, "ROBOT": 2, "URGENT": 3}
 ONLINE, BATCH, ROBOT, URGENT = (
     CLASS_CODES[name] for name in ("ONLINE", "BATCH", "ROBOT", "URGENT")
 )
-_STATS_GETTER = operator.attrgetter("count", "mean_ms", "p95_ms", "p99_ms", "observed_units")
+_STATS_GETTER = operator.attrgetter(
+    "count", "mean_ms", "p95_ms", "p99_ms", "observed_units", "latency_correction"
+)
 _TARGET_GETTER = operator.attrgetter("target_percentile")
 
 NUMERIC_FIELDS = (
@@ -255,10 +257,20 @@ def service_columns(
         k = rows.size
         observed = itertools.compress(wanted, seen.tolist())
         flat = itertools.chain.from_iterable(map(_STATS_GETTER, observed))
-        count, mean, p95, p99, units = np.fromiter(flat, np.float64, 5 * k).reshape(k, 5).T
+        count, mean, p95, p99, units, correction = (
+            np.fromiter(flat, np.float64, 6 * k).reshape(k, 6).T
+        )
         target = np.fromiter(map(_TARGET_GETTER, (specs[i] for i in rows.tolist())), np.float64, k)
         tail1[rows], mean1[rows], rel[rows] = service_at_one_unit(
-            count, mean, p95, p99, units, base.base_service_ms[rows], base.f[rows], target
+            count,
+            mean,
+            p95,
+            p99,
+            units,
+            base.base_service_ms[rows],
+            base.f[rows],
+            target,
+            correction,
         )
     for a in (tail1, mean1, rel):
         a.flags.writeable = False  # kept for the next tick

@@ -2,7 +2,8 @@
 
 ``units_to_meet`` inverts the latency formula; ``walk_ladder`` tries ONLINE work's degraded
 levels where NORMAL misses; ``hold_levels`` keeps a level from flapping; ``deadline_first_fit``
-grants the asks in order when units are scarce, URGENT preempting preemptible work. Light work
+grants the asks in order when units are scarce, URGENT taking units from preemptible work and
+from elastic deadline work above its minimum. Light work
 (``light_work``) holds no units: it runs on shared cores, charged by its offered load.
 """
 
@@ -10,10 +11,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from services.core.columns import ONLINE, URGENT
+from services.core.columns import ONLINE, ROBOT, URGENT
 from services.core.formulas import MAX_UTILISATION
 from services.core.model import DmugConfig
-from services.core.outcome import HELD_DEGRADED, MET, MET_DEGRADED, SHORT, UNREACHABLE
+from services.core.outcome import (
+    HELD_DEGRADED,
+    MET,
+    MET_DEGRADED,
+    NOTHING_YIELDS,
+    SHORT,
+    UNREACHABLE,
+)
 from services.core.table import IntentTable
 
 LEVEL_MARGIN = 0.1  # a lighter level must meet (1 - margin) x deadline before it is taken back
@@ -153,14 +161,27 @@ def hold_levels(table, dl, lvl, p_need, meets, code, tick: int, config: DmugConf
 def deadline_first_fit(
     table, preempt: bool, order, units, need, free, outcome, preempted, preempted_by, free_at_ask
 ) -> int:
-    """The scarce deadline phase: in order, grant what fits; URGENT preempts; the rest is short.
+    """The scarce deadline phase: in order, grant what fits; URGENT takes units; the rest is short.
 
-    Victims are preemptible non-URGENT intents, batch first, then lowest weight, newest first;
-    a victim loses all its units (below its minimum it could not run anyway).
+    An URGENT intent that does not fit takes units from what can yield, in this order:
+    preemptible non-URGENT intents (batch first, then lowest weight, newest first; a victim loses
+    all its units: below its minimum it could not run anyway), then elastic ONLINE/ROBOT work
+    above its minimum (lowest weight, newest first; it keeps its minimum). Idle-time batch holds
+    no units and yields its cycles by itself (SCHED_IDLE). It takes enough for its need when
+    that much can yield, else enough for its minimum; when not even that can yield it is short
+    with outcome NOTHING_YIELDS.
     """
     victims_order = np.lexsort((-table.seq, table.weight, table.has_deadline))
     can_lose = table.preemptible & (table.cls != URGENT)
     victims = victims_order[can_lose[victims_order]].tolist()
+    # elastic deadline work that may give up what it holds above its minimum
+    can_shrink = (
+        table.elastic
+        & ~can_lose
+        & table.has_deadline
+        & ((table.cls == ONLINE) | (table.cls == ROBOT))
+    )
+    shrinkers = victims_order[can_shrink[victims_order]].tolist()
     is_victim = can_lose.tolist()
     is_urgent = (table.cls == URGENT).tolist()
     u = units.tolist()
@@ -180,12 +201,16 @@ def deadline_first_fit(
             continue
         if e > free and preempt and is_urgent[i]:
             own = u[i] if is_victim[i] else 0
-            if free + reclaimable - own >= e:
+            above_min = sum(max(u[v] - min_units[v], 0) for v in shrinkers if v != i)
+            can_yield = free + reclaimable - own + above_min
+            # its need when that much can yield, else its minimum
+            goal = e if can_yield >= e else max(min_units[i] - u[i], 0)
+            if 0 < goal <= can_yield:
                 # one pass from a cursor, a second from the start for victims that gained units
                 # after the cursor passed them
                 for begin in (cursor, 0):
                     k = begin
-                    while free < e and k < len(victims):
+                    while free < goal and k < len(victims):
                         v = victims[k]
                         k += 1
                         if v != i and u[v] > 0:
@@ -196,8 +221,19 @@ def deadline_first_fit(
                             u[v] = 0
                     if begin == cursor:
                         cursor = k
-                    if free >= e:
+                    if free >= goal:
                         break
+                for v in shrinkers:
+                    if free >= goal:
+                        break
+                    give = min(u[v] - min_units[v], goal - free)
+                    if v != i and give > 0:
+                        free += give
+                        lost[v] += give
+                        by[v] = i
+                        u[v] -= give
+            elif goal > can_yield:
+                code[i] = NOTHING_YIELDS
         if e <= free:
             u[i] += e
             free -= e
@@ -205,7 +241,7 @@ def deadline_first_fit(
                 reclaimable += e
             continue
         asked_at[i] = free
-        if code[i] != UNREACHABLE:
+        if code[i] not in (UNREACHABLE, NOTHING_YIELDS):
             code[i] = SHORT
         if u[i] == 0 and min_units[i] <= free:
             u[i] = min_units[i]

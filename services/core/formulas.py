@@ -110,15 +110,24 @@ def observation_factor(
 
 
 def service_at_one_unit(
-    count, mean_ms, p95_ms, p99_ms, observed_units, base_service_ms, f, target_percentile
+    count,
+    mean_ms,
+    p95_ms,
+    p99_ms,
+    observed_units,
+    base_service_ms,
+    f,
+    target_percentile,
+    correction=1.0,
 ):
     """(tail T1, mean M1, relative spread) at one unit, from the predictor's statistics (one
-    value or one per intent: count, mean, p95, p99, observed units) or base_service_ms where
-    count is 0.
+    value or one per intent: count, mean, p95, p99, observed units, latency correction) or
+    base_service_ms where count is 0.
 
     Observed times are rescaled by S(observed_units): T1 = p99 * S(p_obs) (p95 for a target
-    percentile <= 95). The spread is (p99 - mean) / p99, widened by 1/sqrt(count) while few
-    samples back it.
+    percentile <= 95), times the learnt latency correction k (predicted_latency_ms is linear in
+    T1, so k scales the predicted tail and nothing else: the utilisation uses M1). The spread is
+    (p99 - mean) / p99, widened by 1/sqrt(count) while few samples back it.
     """
     scale = amdahl_speedup(f, np.maximum(observed_units, 1))
     tail = np.where(np.asarray(target_percentile) <= 95.0, p95_ms, p99_ms)
@@ -128,7 +137,7 @@ def service_at_one_unit(
     rel = np.maximum((tail - mean_ms) / tail, MIN_REL_SPREAD) * widen
     seen = np.asarray(count) > 0
     return (
-        np.where(seen, tail * scale, base_service_ms),
+        np.where(seen, tail * scale * correction, base_service_ms),
         np.where(seen, np.maximum(mean_ms, 1e-6) * scale, base_service_ms),
         np.where(seen, np.minimum(rel, 1.0), DEFAULT_REL_SPREAD),
     )

@@ -11,6 +11,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+import msgspec
+
 WorkloadClass = Literal["ONLINE", "BATCH", "ROBOT", "URGENT"]
 Degradation = Literal["NORMAL", "FP16", "INT8"]
 AllocationState = Literal["ADMITTED", "THROTTLED", "DEGRADED", "PREEMPTED"]
@@ -63,6 +65,9 @@ class ServiceStats:
     p99_ms: float
     count: int
     observed_units: int = 1  # parallelism the samples were observed at
+    # observed / modelled tail latency, learnt per intent (Predictor.calibrate): what the model
+    # misses (queueing beyond M/M/1, pressure it does not see) scales the predicted tail
+    latency_correction: float = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,8 +101,12 @@ class NodeState:
 
 @dataclass(frozen=True, slots=True)
 class DmugConfig:
-    hysteresis_min_gain: float = 0.02  # relative NMU gain needed to move a unit
-    hysteresis_dwell_ticks: int = 4  # ticks a decision holds before it may shrink
+    # relative NMU gain needed to move a unit: below 10 % the predictor's noise alone swapped
+    # units between two deadline intents every second or two on the modeled node
+    hysteresis_min_gain: float = 0.1
+    # ticks a decision's units (and a degraded level) hold before they may shrink (step back
+    # up): 20 ticks of 250 ms = 5 s, the stability window (services/core/stability.py)
+    hysteresis_dwell_ticks: int = 20
     risk_threshold: float = 0.5
     # deadline work whose offered load (arrival rate x mean service at one unit) is at most this
     # many cores runs its workers on shared cores instead of holding whole units (light work)
@@ -108,9 +117,12 @@ class DmugConfig:
     )
 
 
-@dataclass(frozen=True, slots=True)
-class Decision:
-    """The policy's answer for one intent this tick (becomes an Allocation proto)."""
+class Decision(msgspec.Struct, frozen=True):
+    """The policy's answer for one intent this tick (becomes an Allocation proto).
+
+    A frozen msgspec Struct: immutable and hashable like a frozen dataclass, and built by a
+    C-level constructor, which matters where a tick builds thousands of them.
+    """
 
     intent_id: str
     units: int

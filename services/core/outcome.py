@@ -27,10 +27,11 @@ FIXED = 7  # non-elastic: keeps the units of its first allocation
 HELD_DEGRADED = 8  # NORMAL (or a lighter level) would meet, but the degraded level is held
 SHARED = 9  # light deadline work: its workers run on shared cores, charged by offered load
 IDLE_TIME = 10  # preemptible elastic batch: no units, idle-time workers under SCHED_IDLE
+NOTHING_YIELDS = 11  # URGENT short of its minimum: no work holds units it could yield
 # reason codes beyond the outcomes (set by the cross-layer step, for the reason text only)
-MET_WITH_LEFTOVER = 11  # MET, and the marginal phase gave it more than it needed
-POLICY_UNITS = 12  # deadline work a policy without a deadline phase gave units
-REASON_CODES = range(13)  # every code a reason can have
+MET_WITH_LEFTOVER = 12  # MET, and the marginal phase gave it more than it needed
+POLICY_UNITS = 13  # deadline work a policy without a deadline phase gave units
+REASON_CODES = range(14)  # every code a reason can have
 
 
 @dataclass

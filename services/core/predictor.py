@@ -7,17 +7,36 @@ they ran at (ServiceStats.observed_units); D-MUG rescales them through Amdahl's 
 the latency factor the samples ran under (formulas.observation_factor: degradation level and
 pressure), and samples are stored divided by it, i.e. as NORMAL-level, pressure-free times. When the
 units change, a new regime starts and the previous one keeps answering until the new one has
-MIN_SAMPLES samples. Pure: no clock, no I/O.
+MIN_SAMPLES samples.
+
+Calibration closes the loop on the latency itself: the model (Amdahl, M/M/1 queueing, pressure
+inflation) can be off by tens of percent on a real node (several workers are not one fast
+server; pressure the node does not report). Each tick ``calibrate`` compares the tail latency
+the node observed with the tail the last plan predicted for the allocation it ran, and keeps a
+per-intent correction k (an EWMA in log space, bounded) that ServiceStats carries into D-MUG,
+which plans with k x the model's tail. It learns only while the allocation and the prediction
+have been steady (the observed percentile comes from a window that lags a change). Pure: no
+clock, no I/O.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import math
+from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from services.core.model import ServiceStats
+from services.core.formulas import LATENCY_CEILING_MS
+from services.core.model import Decision, ServiceStats
 
 MIN_SAMPLES = 5
+CALIBRATION_GAIN = 0.2  # weight of one tick's observed/predicted ratio (log-space EWMA)
+CALIBRATION_SETTLE_TICKS = 8  # units and level unchanged this long before a tick counts
+CALIBRATION_STEADY = 0.2  # predictions of the settle window within +-20 % of each other
+CALIBRATION_MIN_COUNT = 50  # completed requests behind the observed percentile
+CORRECTION_MIN, CORRECTION_MAX = 0.25, 4.0
+CORRECTION_STEP = 0.01  # relative change of k that is handed out as a new ServiceStats
 
 
 class P2Quantile:
@@ -127,15 +146,58 @@ class _Regime:
         return self._stats
 
 
-class Predictor:
-    """Per-intent service-time statistics: EWMA mean plus P-square p95/p99, bounded memory."""
+@dataclass
+class _Calibration:
+    """One intent's latency correction and what the last comparison saw."""
 
-    def __init__(self, alpha: float = 0.2) -> None:
+    log_k: float = 0.0
+    published: float = 1.0  # the k ServiceStats carries (moves in CORRECTION_STEP steps)
+    updates: int = 0
+    last_tick: int = -1  # the tick it last learnt at (once per tick)
+    compared_tick: int = -1  # the tick of the last comparison (error)
+    observed_ms: float = 0.0
+    predicted_ms: float = 0.0
+    error: float | None = None  # predicted / observed - 1 at the last comparison
+    recent: deque[float] = field(default_factory=lambda: deque(maxlen=CALIBRATION_SETTLE_TICKS))
+    # the corrected copy handed out: the same object until the regime's stats or k change
+    _stats: ServiceStats | None = field(default=None, repr=False)
+    _source: ServiceStats | None = field(default=None, repr=False)
+
+    def corrected(self, stats: ServiceStats) -> ServiceStats:
+        if self.published == 1.0:
+            return stats
+        fixed = self._stats
+        if fixed is None or self._source is not stats or fixed.latency_correction != self.published:
+            fixed = self._stats = dataclasses.replace(stats, latency_correction=self.published)
+            self._source = stats
+        return fixed
+
+
+@dataclass(frozen=True, slots=True)
+class CalibrationState:
+    """What the predictor knows about one intent's model error (for gauges and reports)."""
+
+    correction: float
+    updates: int
+    observed_ms: float
+    predicted_ms: float
+    error: float | None
+
+
+class Predictor:
+    """Per-intent service-time statistics: EWMA mean plus P-square p95/p99, bounded memory, and a
+    per-intent latency correction learnt from observed tail latency."""
+
+    def __init__(self, alpha: float = 0.2, calibration_gain: float = CALIBRATION_GAIN) -> None:
         if not 0.0 < alpha <= 1.0:
             raise ValueError("alpha must be in (0, 1]")
+        if not 0.0 <= calibration_gain <= 1.0:
+            raise ValueError("calibration_gain must be in [0, 1]")
         self.alpha = alpha
+        self.calibration_gain = calibration_gain
         self._current: dict[str, _Regime] = {}
         self._previous: dict[str, _Regime] = {}
+        self._calibration: dict[str, _Calibration] = {}
 
     def observe(
         self, intent_id: str, service_ms: float, units: int = 1, factor: float = 1.0
@@ -169,13 +231,77 @@ class Predictor:
             self._current[intent_id] = cur
         return cur
 
+    def calibrate(
+        self, intent_id: str, observed_ms: float, count: int, decision: Decision, tick: int
+    ) -> float | None:
+        """Compare the tail latency the node observed for `intent_id` (the target percentile
+        over its window, from `count` completed requests) with what `decision`, the plan it ran
+        under, predicted; returns predicted / observed - 1 (None when there is nothing to
+        compare). The correction learns from the ratio only when the decision's units and level
+        have held CALIBRATION_SETTLE_TICKS ticks and its prediction stayed steady meanwhile.
+
+        Call before planning, with the tick about to be planned: the decision was made with the
+        k published then (ServiceStats.latency_correction), so the model's own prediction is
+        decision.predicted_p99_ms / k. A tick learns once, however often telemetry arrives."""
+        predicted = decision.predicted_p99_ms
+        if not (0.0 < predicted < LATENCY_CEILING_MS and decision.units > 0):
+            return None
+        if not (0.0 < observed_ms < math.inf) or count < CALIBRATION_MIN_COUNT:
+            return None
+        cal = self._calibration.get(intent_id)
+        if cal is None:
+            cal = self._calibration[intent_id] = _Calibration()
+        cal.observed_ms, cal.predicted_ms = observed_ms, predicted
+        cal.error = predicted / observed_ms - 1.0
+        cal.compared_tick = tick
+        if tick == cal.last_tick:
+            return cal.error
+        cal.last_tick = tick
+        cal.recent.append(predicted / cal.published)  # the model's own, without k
+        settled = min(tick - decision.since_tick, tick - decision.level_since_tick)
+        steady = len(cal.recent) == cal.recent.maxlen and max(cal.recent) <= min(cal.recent) * (
+            1.0 + CALIBRATION_STEADY
+        )
+        if settled >= CALIBRATION_SETTLE_TICKS and steady:
+            target = math.log(cal.published * observed_ms / predicted)
+            cal.log_k += self.calibration_gain * (target - cal.log_k)
+            cal.log_k = min(max(cal.log_k, math.log(CORRECTION_MIN)), math.log(CORRECTION_MAX))
+            cal.updates += 1
+            k = math.exp(cal.log_k)
+            if abs(k / cal.published - 1.0) >= CORRECTION_STEP:
+                cal.published = k
+        return cal.error
+
+    def errors_at(self, tick: int) -> dict[str, float]:
+        """Per intent compared at `tick`: the prediction error (predicted / observed - 1)."""
+        return {
+            intent_id: cal.error
+            for intent_id, cal in self._calibration.items()
+            if cal.compared_tick == tick and cal.error is not None
+        }
+
+    def calibration(self, intent_id: str) -> CalibrationState | None:
+        cal = self._calibration.get(intent_id)
+        if cal is None:
+            return None
+        return CalibrationState(
+            correction=cal.published,
+            updates=cal.updates,
+            observed_ms=cal.observed_ms,
+            predicted_ms=cal.predicted_ms,
+            error=cal.error,
+        )
+
     def stats(self, intent_id: str) -> ServiceStats | None:
         cur = self._current.get(intent_id)
         if cur is None:
             return None
         if cur.count < MIN_SAMPLES and intent_id in self._previous:
-            return self._previous[intent_id].stats()
-        return cur.stats()
+            stats = self._previous[intent_id].stats()
+        else:
+            stats = cur.stats()
+        cal = self._calibration.get(intent_id)
+        return stats if cal is None else cal.corrected(stats)
 
     def snapshot(self) -> dict[str, ServiceStats]:
         out = {}
@@ -188,6 +314,7 @@ class Predictor:
     def forget(self, intent_id: str) -> None:
         self._current.pop(intent_id, None)
         self._previous.pop(intent_id, None)
+        self._calibration.pop(intent_id, None)
 
     def __len__(self) -> int:
         return len(self._current)

@@ -1,9 +1,12 @@
-"""One control-loop tick: service-time observations into the predictor, then the policy's plan.
+"""One control-loop tick: observations into the predictor, then the policy's plan.
 
 ``plan_tick`` is the one path from intents, node state, observations and the previous plan to
 the next plan; the allocator's loop and what-if preview, the modeled experiments, the co-run
 controller and the extender's simulator all call it. The predictor and the policy (with its
 memo) are the caller's state, handed in; nothing here reads a clock, does I/O or keeps state.
+Observations carry service times (the predictor's statistics) and the tail latency the node
+observed, which the predictor compares with what the last plan predicted to calibrate its
+latency correction (Predictor.calibrate), so every caller learns the same way.
 """
 
 from __future__ import annotations
@@ -34,25 +37,46 @@ class ServiceTimes(Protocol):
         self, intent_id: str, samples: Iterable[float], units: int = 1, factor: float = 1.0
     ) -> None: ...
 
+    def calibrate(
+        self, intent_id: str, observed_ms: float, count: int, decision: Decision, tick: int
+    ) -> float | None: ...
+
     def snapshot(self) -> dict[str, ServiceStats]: ...
 
 
 @dataclass(frozen=True)
 class Observation:
-    """Service times (ms) one intent's pool reported, and the workers it ran them with."""
+    """Service times (ms) one intent's pool reported, and the workers it ran them with; the
+    latency tail (p95, p99 ms) the node observed over its window, from `count` requests."""
 
     intent_id: str
     samples: Sequence[float]
     workers: int = 0  # 0: unknown (the last allocation's workers are taken)
+    p95_ms: float = 0.0
+    p99_ms: float = 0.0
+    count: int = 0
+
+    def tail_ms(self, spec: IntentSpec) -> float:
+        """The observed percentile a prediction for `spec` stands for (p95 for a target
+        percentile <= 95, else p99: formulas.service_at_one_unit)."""
+        return self.p95_ms if spec.target_percentile <= 95.0 else self.p99_ms
 
 
 def observations(telemetry: telemetry_pb2.NodeTelemetry) -> list[Observation]:
-    """The node agent's recent service times, per intent, with its pool's workers."""
+    """The node agent's recent service times and window tails, per intent, with its pool's
+    workers."""
     workers = {p.intent_id: p.workers for p in telemetry.pools}
     return [
-        Observation(s.intent_id, tuple(s.recent_service_ms), workers.get(s.intent_id, 0))
+        Observation(
+            s.intent_id,
+            tuple(s.recent_service_ms),
+            workers.get(s.intent_id, 0),
+            p95_ms=s.p95_ms,
+            p99_ms=s.p99_ms,
+            count=s.count,
+        )
         for s in telemetry.latencies
-        if s.recent_service_ms
+        if s.recent_service_ms or s.count
     ]
 
 
@@ -64,24 +88,32 @@ def observe(
     previous: Mapping[str, Decision],
     allocated: Mapping[str, int],
     config: DmugConfig,
-) -> None:
+    tick: int = 0,
+) -> dict[str, float]:
     """Feed `seen` to the predictor: only intents being planned, only finite non-negative
     samples, at the parallelism they ran with (the pool's workers, else the last allocation's,
     else 1) and the latency factor they ran under (the previous decision's degradation level,
-    the node's pressure), so the predictor can rescale them to NORMAL."""
+    the node's pressure), so the predictor can rescale them to NORMAL. Then, per deadline
+    intent, the observed tail against the previous decision's prediction (`tick`: the tick
+    about to be planned); returns those prediction errors (predicted / observed - 1)."""
     specs = {s.id: s for s in intents}
+    errors: dict[str, float] = {}
     for obs in seen:
         spec = specs.get(obs.intent_id)
         if spec is None:
             continue
-        samples = [x for x in obs.samples if math.isfinite(x) and x >= 0]
-        if not samples:
-            continue
-        units = obs.workers or allocated.get(obs.intent_id) or 1
         last = previous.get(obs.intent_id)
-        level = last.degradation if last is not None else "NORMAL"
-        factor = observation_factor(spec, node, config, level)
-        predictor.observe_many(obs.intent_id, samples, units=units, factor=factor)
+        samples = [x for x in obs.samples if math.isfinite(x) and x >= 0]
+        if samples:
+            units = obs.workers or allocated.get(obs.intent_id) or 1
+            level = last.degradation if last is not None else "NORMAL"
+            factor = observation_factor(spec, node, config, level)
+            predictor.observe_many(obs.intent_id, samples, units=units, factor=factor)
+        if last is not None and spec.has_deadline:
+            error = predictor.calibrate(obs.intent_id, obs.tail_ms(spec), obs.count, last, tick)
+            if error is not None:
+                errors[obs.intent_id] = error
+    return errors
 
 
 def plan_tick(
@@ -102,7 +134,7 @@ def plan_tick(
     config = config if config is not None else DmugConfig()
     previous = previous if previous is not None else {}
     if predictor is not None:
-        observe(predictor, seen, intents, node, previous, allocated or {}, config)
+        observe(predictor, seen, intents, node, previous, allocated or {}, config, tick)
     state = PlanInput(
         intents=intents,
         node=node,

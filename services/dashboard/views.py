@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from parfusion.v1 import intent_pb2
+from services.common.latency import is_unbounded
 from services.dashboard import chart
 from services.dashboard.observer import Snapshot, enum_name
 from services.dashboard.timeline import Timeline
@@ -48,11 +49,36 @@ def _value(snapshot: Snapshot, service: str) -> tuple[Any, str]:
     return reading.value, ""
 
 
-def allocation_rows(allocations: Iterable[Any], intents: dict[str, Any]) -> list[dict[str, Any]]:
+def observed_tails(snapshot: Snapshot, intents: dict[str, Any]) -> dict[str, float]:
+    """Per intent with a deadline and completed requests: the tail latency the node agent
+    observed over its window, at the percentile the prediction stands for (p95 for a target
+    percentile <= 95, else p99)."""
+    node, _ = _value(snapshot, "nodeagent")
+    if node is None or getattr(node, "telemetry", None) is None:
+        return {}
+    out = {}
+    for lat in node.telemetry.latencies:
+        intent = intents.get(lat.intent_id)
+        if intent is None or not intent.slo.deadline_ms or lat.count == 0:
+            continue
+        target = intent.slo.target_percentile or 99.0
+        out[lat.intent_id] = lat.p95_ms if target <= 95.0 else lat.p99_ms
+    return out
+
+
+def allocation_rows(
+    allocations: Iterable[Any],
+    intents: dict[str, Any],
+    observed: dict[str, float] | None = None,
+) -> list[dict[str, Any]]:
+    """One row per allocation; with `observed` (observed_tails), the observed tail beside the
+    prediction and the prediction's error (predicted / observed - 1; None: nothing to compare)."""
     rows = []
     for a in allocations:
         intent = intents.get(a.intent_id)
         deadline = a.deadline_ms or (intent.slo.deadline_ms if intent is not None else 0.0)
+        seen = (observed or {}).get(a.intent_id, 0.0)
+        comparable = seen > 0 and a.units > 0 and not is_unbounded(a.predicted_p99_ms)
         rows.append(
             {
                 "name": a.intent_name or (intent.name if intent is not None else a.intent_id),
@@ -71,6 +97,8 @@ def allocation_rows(allocations: Iterable[Any], intents: dict[str, Any]) -> list
                 if a.degradation
                 else "NORMAL",
                 "p99": a.predicted_p99_ms,
+                "observed": seen if seen > 0 else None,
+                "error": a.predicted_p99_ms / seen - 1.0 if comparable else None,
                 "deadline": deadline,
                 "slack": a.slack_ms,
                 "risk": a.deadline_risk,
@@ -111,9 +139,12 @@ def allocator(snapshot: Snapshot) -> dict[str, Any]:
     plan, error = _value(snapshot, "allocator")
     if plan is None:
         return {"error": error, "rows": []}
+    intents = _intents(snapshot)
     return {
         "error": "",
-        "rows": allocation_rows(plan.node_plan.allocations, _intents(snapshot)),
+        "rows": allocation_rows(
+            plan.node_plan.allocations, intents, observed_tails(snapshot, intents)
+        ),
         "policy": plan.policy or plan.node_plan.policy,
         "generation": plan.node_plan.generation,
         "cpu_units": plan.node_plan.cpu_units,

@@ -12,14 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from services.core.placement import NodeView
 
-if TYPE_CHECKING:
-    from .nodeview import NodeRecord
+from .noderecord import NodeRecord
 
 PlacementKey = tuple[int, int, frozenset[str], float, object]
 

@@ -23,10 +23,11 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from services.core.model import DmugConfig, IntentSpec, LaneCapacity, NodeState
-from services.core.placement import NodeView, view_of
+from services.core.model import DmugConfig, IntentSpec, LaneCapacity
+from services.core.placement import view_of
 
 from .columns import NodeColumns
+from .noderecord import NodeRecord
 from .protocol import NodeHead
 
 LANE_LABEL = "parfusion.io/lane-"
@@ -47,42 +48,6 @@ def cpu_quantity(text: str | None) -> int:
         return int(float(text))
     except ValueError:
         return 0
-
-
-@dataclass(frozen=True, slots=True)
-class NodeRecord:
-    """One node as the extender scores it."""
-
-    name: str
-    cpu_units: int
-    lanes: tuple[LaneCapacity, ...] = ()
-    contention: float = 0.0
-    schedulable: bool = True  # not cordoned and Ready
-    source: str = "request"  # request, api, sample, telemetry
-    residents: tuple[IntentSpec, ...] = ()
-    telemetry_at: float | None = None
-    # derived in ClusterView._merge from the residents:
-    free_lane_units: Mapping[str, float] = field(default_factory=dict)  # lanes with GPUs present
-    placement: NodeView | None = None  # D-MUG's view: units the residents are committed to
-
-    def lane_free(self, name: str) -> float | None:
-        """Share units free on a lane with GPUs present; None when the lane is not there."""
-        return self.free_lane_units.get(name)
-
-    @property
-    def state(self) -> NodeState:
-        return NodeState(
-            name=self.name,
-            cpu_units=self.cpu_units,
-            lanes=self.lanes,
-            contention=self.contention,
-        )
-
-    def lane(self, name: str) -> LaneCapacity | None:
-        for lane in self.lanes:
-            if lane.name == name:
-                return lane
-        return None
 
 
 def record_from_head(head: NodeHead, source: str = "request") -> NodeRecord:

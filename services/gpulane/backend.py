@@ -8,16 +8,13 @@ their backend name, but never add devices: the device list always comes from NVM
 
 from __future__ import annotations
 
-import importlib
-import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from services.common.registry import choose, lazy
 from services.gpulane.lanes import LaneView
 from services.gpulane.nvml import NvmlSnapshot
-
-log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -74,17 +71,6 @@ class NvmlLaneLoad:
         return LaneLoad("nvml", min(1.0, max(0.0, pressure)), per_lane, note)
 
 
-def lazy(target: str) -> LaneLoadFactory:
-    """A factory that imports "package.module:Class" on first use (no import cycles)."""
-
-    def factory(section: Mapping[str, Any]) -> LaneLoadSource:
-        module_name, _, attr = target.partition(":")
-        module = importlib.import_module(module_name)
-        return getattr(module, attr)(section)  # type: ignore[no-any-return]
-
-    return factory
-
-
 # One line per source, e.g. "modeled": lazy("services.gpulane.modeled:ModeledLaneLoad").
 REGISTRY: dict[str, LaneLoadFactory] = {
     "nvml": NvmlLaneLoad,
@@ -93,12 +79,7 @@ REGISTRY: dict[str, LaneLoadFactory] = {
 
 
 def build_lane_load(name: str, section: Mapping[str, Any]) -> LaneLoadSource:
-    """The configured source; an unregistered name falls back to NVML with a warning."""
-    factory = REGISTRY.get(name)
-    if factory is None:
-        log.warning(
-            "lane-load backend not available, using nvml telemetry only",
-            extra={"backend": name, "known": ",".join(sorted(REGISTRY))},
-        )
-        factory = NvmlLaneLoad
-    return factory(section)
+    """The configured source; an unknown name is a ConfigError listing the known ones (as the
+    node agent's backends)."""
+    source: LaneLoadSource = choose(REGISTRY, name, "gpulane.backend")(section)
+    return source

@@ -8,7 +8,6 @@ backend runs is configuration (``nodeagent.backend``), chosen once at start-up.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +15,7 @@ from typing import Protocol
 
 from parfusion.v1 import intent_pb2, nodeagent_pb2, telemetry_pb2
 from services.common.config import ConfigError, ServiceSettings
+from services.common.registry import choose, lazy
 
 
 @dataclass(frozen=True)
@@ -90,19 +90,6 @@ class NodeBackend(Protocol):
 BackendFactory = Callable[[BackendOptions], NodeBackend]
 
 
-def lazy(target: str) -> BackendFactory:
-    """A factory that imports ``module:factory`` (a class or a function) only when chosen."""
-    module_name, _, attr = target.partition(":")
-
-    def build(options: BackendOptions) -> NodeBackend:
-        factory = getattr(importlib.import_module(module_name), attr)
-        backend: NodeBackend = factory(options)
-        return backend
-
-    build.__qualname__ = f"lazy({target})"
-    return build
-
-
 BACKENDS: dict[str, BackendFactory] = {
     "real": lazy("services.nodeagent.real:RealBackend"),
     "modeled": lazy("services.nodeagent.modeled:served"),
@@ -111,8 +98,5 @@ BACKENDS: dict[str, BackendFactory] = {
 
 def create_backend(name: str, options: BackendOptions) -> NodeBackend:
     """The configured backend; an unknown name is a ConfigError listing the known ones."""
-    factory = BACKENDS.get(name)
-    if factory is None:
-        known = ", ".join(sorted(BACKENDS))
-        raise ConfigError(f"nodeagent.backend: unknown backend {name!r} (known: {known})")
-    return factory(options)
+    backend: NodeBackend = choose(BACKENDS, name, "nodeagent.backend")(options)
+    return backend

@@ -20,8 +20,9 @@ from collections.abc import Callable, Sequence
 
 from parfusion.v1 import intent_pb2, nodeagent_pb2, telemetry_pb2
 from services.common.errors import FailedPrecondition, InvalidArgument
-from services.core.convert import CLASS_TO_MODEL, DEGRADATION_TO_MODEL
+from services.core.convert import DEGRADATION_TO_MODEL
 from services.nodeagent import metrics
+from services.nodeagent.allocation import check_allocation, check_unique
 from services.nodeagent.backend import BackendOptions
 from services.sim.disturbance import disturbance_from_proto, disturbance_to_proto
 from services.sim.node import IntentRun, ModeledNode
@@ -33,8 +34,6 @@ log = logging.getLogger(__name__)
 MAX_CATCH_UP_S = 30.0  # after a longer silence the model simulates only the last 30 s
 BACKGROUND_STEP_S = 0.1  # the served model advances about this often
 BACKGROUND_MAX_LAG_S = 1.0  # and skips model time it is further behind than this
-NICE_MIN, NICE_MAX = -20, 19
-SCHED_POLICIES = ("other", "batch", "idle")
 MODELED_MEMORY_BYTES = 2 * 1024**4  # a DGX H200 has 2 TB of system memory
 MEMORY_PER_UNIT_BYTES = 4 * 1024**3  # [assumption] resident memory per busy worker unit
 
@@ -50,7 +49,6 @@ class ModeledBackend:
         clock: Callable[[], float] = time.monotonic,
         seed: int = 0,
         keep_history: bool = False,
-        window_percentiles: bool = True,
         background: bool = False,
     ) -> None:
         self.options = options
@@ -65,10 +63,6 @@ class ModeledBackend:
         # the Assignment each pool was last reported with: a changed_pools_only telemetry reports
         # only pools whose Assignment object changed (a plan replaces it, never edits it)
         self._pools_reported: dict[str, Assignment] = {}
-        # The headless driver turns the sliding-window p50/p95/p99 off: the allocator's loop
-        # reads only recent_service_ms, pools and pressure, and the experiments compute their
-        # percentiles from the full history. The service always reports them.
-        self._window_percentiles = window_percentiles
         self._stopping = threading.Event()
         self._background: threading.Thread | None = None
         if background:
@@ -119,33 +113,9 @@ class ModeledBackend:
     # -- plan ------------------------------------------------------------------------------
 
     def _validate(self, index: int, a: intent_pb2.Allocation) -> tuple[WorkloadProfile, Assignment]:
+        arena = f"are outside the modeled arena 0-{len(self.arena) - 1}"
+        cls, policy = check_allocation(index, a, self.arena, arena)
         where = f"allocations[{index}]"
-        if not a.intent_id:
-            raise InvalidArgument("required", field=f"{where}.intent_id")
-        cls = CLASS_TO_MODEL.get(a.workload_class)
-        if cls is None:
-            raise InvalidArgument(
-                "must be ONLINE, BATCH, ROBOT or URGENT", field=f"{where}.workload_class"
-            )
-        if not NICE_MIN <= a.nice <= NICE_MAX:
-            raise InvalidArgument(f"{a.nice} outside -20..19", field=f"{where}.nice")
-        policy = a.sched_policy or "other"
-        if policy not in SCHED_POLICIES:
-            raise InvalidArgument(
-                f"{policy!r} is not other, batch or idle", field=f"{where}.sched_policy"
-            )
-        unknown = sorted(set(a.cpu_set) - set(self.arena))
-        if unknown:
-            raise InvalidArgument(
-                f"cpus {unknown} are outside the modeled arena 0-{len(self.arena) - 1}",
-                field=f"{where}.cpu_set",
-            )
-        for name in ("base_service_ms", "arrival_rate_per_s", "deadline_ms"):
-            value = getattr(a, name)
-            if value < 0 or not math.isfinite(value):
-                raise InvalidArgument("must be a finite number >= 0", field=f"{where}.{name}")
-        if not 0.0 <= a.parallel_fraction <= 1.0:
-            raise InvalidArgument("must be in [0, 1]", field=f"{where}.parallel_fraction")
         bad_gpus = [i for i in a.gpu_indexes if i >= self.params.gpu_count]
         if bad_gpus:
             raise InvalidArgument(
@@ -208,9 +178,7 @@ class ModeledBackend:
 
     def _checked(self, plan: intent_pb2.NodePlan) -> list[tuple[WorkloadProfile, Assignment]]:
         checked = [self._validate(i, a) for i, a in enumerate(plan.allocations)]
-        ids = [p.intent_id for p, _ in checked]
-        if len(set(ids)) != len(ids):
-            raise InvalidArgument("an intent appears twice", field="plan.allocations")
+        check_unique([p.intent_id for p, _ in checked])
         return checked
 
     def _units_held(self, units: dict[str, int]) -> dict[str, int]:
@@ -290,7 +258,7 @@ class ModeledBackend:
                 reported[intent_id] = run.assignment
             if sampled_only and not run.stats.has_recent:
                 continue
-            view = run.stats.view(with_percentiles=self._window_percentiles)
+            view = run.stats.view()
             recent = run.stats.drain_recent() if drain else run.stats.peek_recent()
             tel.latencies.append(
                 telemetry_pb2.LatencySummary(

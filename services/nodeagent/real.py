@@ -16,57 +16,25 @@ import random
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 from parfusion.v1 import intent_pb2, nodeagent_pb2, telemetry_pb2
 from services.common.config import ConfigError
 from services.common.errors import DomainError, FailedPrecondition, InvalidArgument
 from services.nodeagent import cgroupfs, osctl, procfs
+from services.nodeagent.allocation import check_unique
 from services.nodeagent.backend import BackendOptions
 from services.nodeagent.latency import LatencyBook
+from services.nodeagent.poolplan import BATCH_ITEM_MS, PoolSpec, batch_duty, capped, pool_spec
 from services.nodeagent.pools import Completion, OsKnobs, WorkerPool, measure_rep_ms
 from services.nodeagent.sources import AmdahlJobSource, RequestSource, Task
 
 log = logging.getLogger(__name__)
 
-CLASS_NAMES = {
-    intent_pb2.WORKLOAD_CLASS_ONLINE: "ONLINE",
-    intent_pb2.WORKLOAD_CLASS_BATCH: "BATCH",
-    intent_pb2.WORKLOAD_CLASS_ROBOT: "ROBOT",
-    intent_pb2.WORKLOAD_CLASS_URGENT: "URGENT",
-}
-CAP_ORDER = ("URGENT", "ROBOT", "ONLINE", "BATCH")  # who keeps workers when the cap bites
 ONLINE_N = 96  # online/urgent request kernel: reps of a 96 x 96 product
 BATCH_N = 160  # batch item kernel
-BATCH_ITEM_MS = 8.0  # default batch item; items stay <= 10 ms so urgent work waits little
-BATCH_ITEM_MAX_MS = 10.0
-DEGRADE_FACTOR = {
-    intent_pb2.DEGRADATION_LEVEL_FP16: 0.6,
-    intent_pb2.DEGRADATION_LEVEL_INT8: 0.4,
-}
-MIN_BATCH_DUTY = 0.05
 ARRIVAL_HORIZON_S = 0.2
-
-
-@dataclass(frozen=True)
-class PoolSpec:
-    """One allocation, validated and capped: what the pool for this intent must look like."""
-
-    intent_id: str
-    workload_class: str
-    workers: int
-    knobs: OsKnobs
-    service_ms: float
-    parallel_fraction: float
-    rate_per_s: float
-    deadline_ms: float
-    group: cgroupfs.GroupPlan
-    note: str = ""
-
-    @property
-    def kind(self) -> str:
-        return "batch" if self.workload_class == "BATCH" else "online"
 
 
 class IntentRuntime:
@@ -165,114 +133,20 @@ class RealBackend:
             extra={"arena": ",".join(map(str, self.arena)), "cgroup": self.detection.reason},
         )
 
+    @property
+    def _cap_cores(self) -> float:
+        """Cores' worth of synthetic load the arena may carry (nodeagent.max_load_fraction)."""
+        return len(self.arena) * self.options.max_load_fraction
+
     # -- plan ---------------------------------------------------------------------------------
-    def _validate(self, index: int, a: intent_pb2.Allocation) -> PoolSpec:
-        where = f"allocations[{index}]"
-        if not a.intent_id:
-            raise InvalidArgument("required", field=f"{where}.intent_id")
-        cls = CLASS_NAMES.get(a.workload_class)
-        if cls is None:
-            raise InvalidArgument(
-                "must be ONLINE, BATCH, ROBOT or URGENT", field=f"{where}.workload_class"
-            )
-        if not osctl.NICE_MIN <= a.nice <= osctl.NICE_MAX:
-            raise InvalidArgument(f"{a.nice} outside -20..19", field=f"{where}.nice")
-        policy = a.sched_policy or "other"
-        if policy not in osctl.SCHED_POLICIES:
-            raise InvalidArgument(
-                f"{policy!r} is not other, batch or idle", field=f"{where}.sched_policy"
-            )
-        unknown = sorted(set(a.cpu_set) - set(self.machine_cpus))
-        if unknown:
-            raise InvalidArgument(
-                f"cpus {unknown} do not exist on this node", field=f"{where}.cpu_set"
-            )
-        for name in ("base_service_ms", "arrival_rate_per_s", "deadline_ms"):
-            if getattr(a, name) < 0 or not math.isfinite(getattr(a, name)):
-                raise InvalidArgument("must be a finite number >= 0", field=f"{where}.{name}")
-        if not 0.0 <= a.parallel_fraction <= 1.0:
-            raise InvalidArgument("must be in [0, 1]", field=f"{where}.parallel_fraction")
-        note = []
-        cpus = tuple(sorted(set(a.cpu_set) & set(self.arena)))
-        if a.cpu_set and len(cpus) < len(set(a.cpu_set)):
-            note.append("cpu set clipped to the arena")
-        cpus = cpus or self.arena
-        factor = DEGRADE_FACTOR.get(a.degradation, 1.0)
-        if cls == "BATCH":
-            service = min(a.base_service_ms or BATCH_ITEM_MS, BATCH_ITEM_MAX_MS)
-        else:
-            service = (a.base_service_ms or self.options.default_service_ms) * factor
-        cg = a.cgroup
-        group = cgroupfs.plan_group(
-            a.intent_id,
-            cls,
-            path=cg.path,
-            cpu_weight=cg.cpu_weight,
-            cpu_max=cg.cpu_max,
-            cpuset_cpus=cg.cpuset_cpus or ",".join(map(str, cpus)),
-        )
-        return PoolSpec(
-            intent_id=a.intent_id,
-            workload_class=cls,
-            workers=a.workers,
-            knobs=OsKnobs(cpu_set=cpus, nice=a.nice, sched_policy=policy),
-            service_ms=service,
-            parallel_fraction=a.parallel_fraction or 0.9,
-            rate_per_s=a.arrival_rate_per_s,
-            deadline_ms=a.deadline_ms,
-            group=group,
-            note="; ".join(note),
-        )
-
-    def _capped(self, specs: list[PoolSpec]) -> list[PoolSpec]:
-        """Worker cap across pools, deadline classes first; online rate within the load cap."""
-        left = self.options.max_workers
-        out: dict[str, PoolSpec] = {}
-        for cls in CAP_ORDER:
-            for spec in (s for s in specs if s.workload_class == cls):
-                workers = min(spec.workers, left)
-                left -= workers
-                note = spec.note
-                if workers < spec.workers:
-                    note = "; ".join(
-                        filter(
-                            None, [note, f"capped to {workers} workers by nodeagent.max_workers"]
-                        )
-                    )
-                out[spec.intent_id] = replace(spec, workers=workers, note=note)
-        capped = [out[s.intent_id] for s in specs]
-        cap_cores = len(self.arena) * self.options.max_load_fraction
-        online_load = sum(
-            s.rate_per_s * s.service_ms / 1000.0 for s in capped if s.kind == "online"
-        )
-        if self._generate and online_load > cap_cores > 0:
-            scale = cap_cores / online_load
-            capped = [
-                replace(
-                    s,
-                    rate_per_s=s.rate_per_s * scale,
-                    note="; ".join(
-                        filter(
-                            None,
-                            [
-                                s.note,
-                                f"arrival rate scaled x{scale:.2f} by nodeagent.max_load_fraction",
-                            ],
-                        )
-                    ),
-                )
-                if s.kind == "online"
-                else s
-                for s in capped
-            ]
-        return capped
-
     def apply(self, plan: intent_pb2.NodePlan) -> list[nodeagent_pb2.AppliedAllocation]:
-        specs = [self._validate(i, a) for i, a in enumerate(plan.allocations)]
+        specs = [
+            pool_spec(i, a, self.machine_cpus, self.arena, self.options.default_service_ms)
+            for i, a in enumerate(plan.allocations)
+        ]
         ids = [s.intent_id for s in specs]
-        if len(set(ids)) != len(ids):
-            raise InvalidArgument("an intent appears twice", field="plan.allocations")
-        specs = self._capped(specs)
+        check_unique(ids)
+        specs = capped(specs, self.options.max_workers, self._cap_cores, self._generate)
         with self._lock:
             changed = {
                 s.intent_id
@@ -321,13 +195,10 @@ class RealBackend:
         """Batch duty so online + batch stay within max_load_fraction of the arena."""
         if not self._pace_batch:
             return
-        cap_cores = len(self.arena) * self.options.max_load_fraction
-        online_load = sum(s.rate_per_s * s.service_ms / 1000.0 for s in specs if s.kind == "online")
-        batch_workers = sum(s.workers for s in specs if s.kind == "batch")
-        duty = 1.0 if batch_workers == 0 else (cap_cores - online_load) / batch_workers
+        duty = batch_duty(specs, self._cap_cores)
         for s in specs:
             if s.kind == "batch":
-                self._intents[s.intent_id].pool.duty = max(MIN_BATCH_DUTY, min(1.0, duty))
+                self._intents[s.intent_id].pool.duty = duty
 
     def _cgroup_mode(self) -> str:
         if self._writer is not None:

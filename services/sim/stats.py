@@ -110,12 +110,9 @@ class IntentStats:
         self._since_report = 0
         return samples
 
-    def view(self, with_percentiles: bool = True) -> LatencyView:
-        """Latency percentiles over the sliding window; counts since the intent started.
-
-        ``with_percentiles=False`` leaves the window figures at 0 and only reports the counts.
-        """
-        if self._window and with_percentiles:
+    def view(self) -> LatencyView:
+        """Latency percentiles over the sliding window; counts since the intent started."""
+        if self._window:
             lat = np.concatenate([w[1] for w in self._window])
             svc = np.concatenate([w[2] for w in self._window])
         else:

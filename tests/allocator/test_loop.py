@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import msgspec
 import pytest
 from prometheus_client import REGISTRY
 
@@ -253,14 +254,13 @@ def test_pushes_carry_the_api_token(store: IntentStore) -> None:
 def test_predictor_samples_normalised_by_level_and_pressure(store: IntentStore) -> None:
     """Samples measured at FP16 under 50 % CPU pressure are stored as NORMAL, pressure-free
     times (x 1 / (0.6 x 1.5)), so the next tick does not take FP16's speed for NORMAL's."""
-    import dataclasses
 
     (web,) = submit(store, online_intent())
     loop = make_loop(store)
     try:
         loop.tick()
         with loop._lock:  # the last decision ran the intent at FP16
-            loop._previous = {web: dataclasses.replace(loop._previous[web], degradation="FP16")}
+            loop._previous = {web: msgspec.structs.replace(loop._previous[web], degradation="FP16")}
         node = telemetry_pb2.NodeTelemetry(arena_cpus=[0, 1])
         node.cpu_pressure.CopyFrom(telemetry_pb2.Pressure(some_avg10=50.0, available=True))
         node.latencies.add(intent_id=web, recent_service_ms=[27.0] * 6)

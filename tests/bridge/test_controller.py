@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from services.bridge.allocator_client import AllocatorOutcome, intent_id_for
+from services.bridge.allocator_client import AllocatorOutcome, PlannedAllocation, intent_id_for
 from services.bridge.controller import RobotBridge
 from services.bridge.statemachine import TRANSITIONS, Event, IllegalTransition, State
 from services.bridge.validation import MissionSpec, UrgentSpec
@@ -279,6 +279,34 @@ class FlakyAllocator:
             )
         self.deleted.append(event_id)
         return AllocatorOutcome(True, intent_id_for(event_id))
+
+    def allocation(self, event_id: str) -> PlannedAllocation | None:
+        return self.planned
+
+    planned: PlannedAllocation | None = None
+
+
+def test_the_bridge_reports_the_allocation_the_plan_made_not_the_submit(
+    checkpoint_path: Path, clock: Clock
+) -> None:
+    allocator = FlakyAllocator(failing_deletes=0)
+    bridge = make_bridge(checkpoint_path, clock, allocator)
+    event = bridge.submit_urgent(urgent(work=3))
+    run_ticks(bridge, clock, 1)  # submitted; the allocator has not planned it yet
+    assert event.allocator == "submitted" and event.allocation is None
+    allocator.planned = PlannedAllocation(0, 0, "THROTTLED", "needs 1 units, 0 free", 1e9)
+    run_ticks(bridge, clock, 1)
+    assert event.allocator == "throttled"
+    assert event.allocation is not None and event.allocation["reason"] == "needs 1 units, 0 free"
+    assert sample(bridge, "parfusion_bridge_urgent_allocated_units", {}) == 0
+    assert sample(bridge, "parfusion_bridge_urgent_allocations_total", {"state": "THROTTLED"}) == 1
+    allocator.planned = PlannedAllocation(1, 1, "ADMITTED", "meets its deadline", 20.0)
+    run_ticks(bridge, clock, 1)
+    assert event.allocator == "granted" and event.allocation["units"] == 1
+    assert sample(bridge, "parfusion_bridge_urgent_allocated_units", {}) == 1
+    run_ticks(bridge, clock, 1)  # done: the intent is deleted whatever its plan said
+    assert allocator.deleted == [event.id]
+    assert sample(bridge, "parfusion_bridge_urgent_allocated_units", {}) == 0
 
 
 def test_an_intent_the_allocator_did_not_take_back_is_deleted_later_even_after_a_restart(

@@ -71,12 +71,19 @@ def test_the_urgent_intent_lives_in_the_allocator_exactly_while_the_task_runs(
         assert urgent_intents(allocator.address) == []
         state = client.post("/api/tick", json={"ticks": 3}).json()
         assert state["state"] == "URGENT_TASK_RUNNING"
-        assert state["urgent"]["active"]["allocator"] == "granted", state["allocator"]
+        # submitted, not granted: no plan has been made for it yet
+        assert state["urgent"]["active"]["allocator"] == "submitted", state["allocator"]
+        assert state["urgent"]["active"]["allocation"] is None
         stored = urgent_intents(allocator.address)
         assert len(stored) == 1
         assert stored[0].name == "fall-detected" and stored[0].slo.deadline_ms == 3_000
         assert not stored[0].preemptible
-        state = client.post("/api/tick", json={"ticks": 2}).json()
+        allocator.handle.loop.tick()  # the allocator plans it
+        state = client.post("/api/tick").json()
+        active = state["urgent"]["active"]
+        assert active["allocator"] == "granted", active
+        assert active["allocation"]["state"] == "ADMITTED" and active["allocation"]["units"] >= 1
+        state = client.post("/api/tick").json()
         assert state["state"] == "PREEMPTED"
         assert state["urgent"]["recent"][0]["intent_deleted"] is True
         assert urgent_intents(allocator.address) == []
@@ -103,7 +110,7 @@ def test_an_allocator_that_stops_mid_task_leaves_no_intent_behind_once_it_is_bac
     clock = Clock()
     with TestClient(create_app(bridge_settings, clock=clock)) as client:
         client.post("/api/urgent", json={"name": "fall-detected", "deadline_ms": 3_000, "work": 1})
-        assert client.post("/api/tick").json()["urgent"]["active"]["allocator"] == "granted"
+        assert client.post("/api/tick").json()["urgent"]["active"]["allocator"] == "submitted"
         first.stop(grace=0.2)
         state = client.post("/api/tick").json()
         assert state["urgent"]["recent"][0]["intent_deleted"] is False

@@ -105,7 +105,8 @@ def test_degradation_steps_back_only_after_dwell_and_with_margin():
     spec = online("web", 90, 100, max_units=4, degradation=("NORMAL", "FP16", "INT8"))
     hot = NodeState(name="n", cpu_units=4, disturbance=Disturbance(cpu=1.0, network=0.5))
     calm = NodeState(name="n", cpu_units=4)
-    history = closed_loop([spec], lambda t: hot if t <= 1 else calm, ticks=20)
+    ticks = CONFIG.hysteresis_dwell_ticks + 16
+    history = closed_loop([spec], lambda t: hot if t <= 1 else calm, ticks=ticks)
     levels = [h["web"].degradation for h in history]
     assert levels[0] != "NORMAL"  # degraded at once under the disturbance (tick 1)
     back = levels.index("NORMAL")

@@ -9,7 +9,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.core.predictor import MIN_SAMPLES, P2Quantile, Predictor
+from services.core.model import Decision
+from services.core.predictor import (
+    CALIBRATION_SETTLE_TICKS,
+    CORRECTION_MAX,
+    MIN_SAMPLES,
+    P2Quantile,
+    Predictor,
+)
 
 
 @pytest.mark.parametrize(
@@ -124,3 +131,71 @@ def test_stats_are_the_same_object_until_a_new_sample() -> None:
     p.observe("a", 30.0)
     second = p.snapshot()["a"]
     assert second is not first and second.count == first.count + 1
+
+
+# --- calibration: observed tail latency against the plan's prediction -----------------------
+
+
+def _decision(predicted: float, tick: int, since: int = 0) -> Decision:
+    """The plan an intent ran under; its units and level last changed at tick `since`."""
+    return Decision(
+        "a", units=2, predicted_p99_ms=predicted, since_tick=since, level_since_tick=since
+    )
+
+
+def _settled_predictor() -> Predictor:
+    p = Predictor()
+    p.observe_many("a", [10.0] * 20, units=2)
+    return p
+
+
+def test_calibration_converges_on_the_node_latency_the_model_misses():
+    """A node whose tail is 1.6x what the model predicts: the correction learns 1.6, and the
+    stats D-MUG reads carry it, so the corrected prediction matches the observation."""
+    p = _settled_predictor()
+    model_ms = 30.0
+    errors = []
+    for tick in range(1, 80):
+        k = p.stats("a").latency_correction
+        errors.append(p.calibrate("a", 1.6 * model_ms, 500, _decision(k * model_ms, tick), tick))
+    assert errors[0] == pytest.approx(1 / 1.6 - 1)  # under-predicted by 37.5 %
+    assert p.stats("a").latency_correction == pytest.approx(1.6, rel=0.02)
+    assert abs(errors[-1]) < 0.02
+    state = p.calibration("a")
+    assert state is not None and state.updates > 0 and state.correction == pytest.approx(1.6, 0.02)
+
+
+def test_calibration_waits_for_a_settled_allocation_and_enough_requests():
+    p = _settled_predictor()
+    for tick in range(1, 40):  # units changed at tick 35: the window still mixes two allocations
+        p.calibrate("a", 60.0, 500, _decision(30.0, tick, since=tick - 3), tick)
+    assert p.stats("a").latency_correction == 1.0
+    for tick in range(1, 40):  # too few requests behind the percentile
+        assert p.calibrate("a", 60.0, 10, _decision(30.0, tick), tick) is None
+    assert p.stats("a").latency_correction == 1.0
+    # an unbounded prediction (the queue cannot drain) says nothing about the model's error
+    assert p.calibrate("a", 60.0, 500, _decision(1e9, 50), 50) is None
+
+
+def test_calibration_learns_once_per_tick_and_stays_bounded():
+    p = _settled_predictor()
+    for tick in range(1, 200):
+        k = p.stats("a").latency_correction
+        for _ in range(3):  # several telemetry reports within one tick
+            p.calibrate("a", 300.0, 500, _decision(k * 10.0, tick), tick)
+    assert p.stats("a").latency_correction == pytest.approx(CORRECTION_MAX)
+    state = p.calibration("a")
+    assert state is not None and state.updates == 199 - CALIBRATION_SETTLE_TICKS + 1
+
+
+def test_a_steady_correction_hands_out_the_same_stats_object():
+    """D-MUG's memo keeps a row's columns while its ServiceStats object is the same one."""
+    p = _settled_predictor()
+    for tick in range(1, 60):
+        k = p.stats("a").latency_correction
+        p.calibrate("a", 39.0, 500, _decision(k * 30.0, tick), tick)
+    first = p.stats("a")
+    p.calibrate("a", 39.0, 500, _decision(first.latency_correction * 30.0, 60), 60)
+    assert p.stats("a") is first
+    p.forget("a")
+    assert p.calibration("a") is None and p.stats("a") is None

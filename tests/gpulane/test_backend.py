@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from services.common.config import ConfigError
+from services.common.registry import lazy
 from services.gpulane import backend
 from services.gpulane.lanes import parse_lanes, resolve_lanes
 from services.gpulane.nvml import Nvml, NvmlSnapshot
@@ -27,16 +29,14 @@ def test_no_nvml_zero_pressure_and_a_note() -> None:
     assert "no NVML" in load.note
 
 
-def test_unregistered_backend_falls_back_to_nvml(
-    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
-) -> None:
-    monkeypatch.setattr(backend, "REGISTRY", {"nvml": backend.NvmlLaneLoad})
-    source = backend.build_lane_load("modeled", {})
-    assert source.name == "nvml"
-    assert "not available" in caplog.text
+def test_an_unknown_backend_is_a_config_error_naming_the_known_ones() -> None:
+    with pytest.raises(
+        ConfigError, match=r"gpulane.backend: unknown backend 'bogus' \(known: modeled, nvml\)"
+    ):
+        backend.build_lane_load("bogus", {})
 
 
 def test_lazy_factory_imports_on_first_use(monkeypatch: pytest.MonkeyPatch) -> None:
-    factory = backend.lazy("services.gpulane.backend:NvmlLaneLoad")
+    factory = lazy("services.gpulane.backend:NvmlLaneLoad")
     monkeypatch.setattr(backend, "REGISTRY", {"nvml-lazy": factory})
     assert backend.build_lane_load("nvml-lazy", {}).name == "nvml"

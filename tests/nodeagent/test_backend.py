@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from services.common.config import ConfigError, build_settings
-from services.nodeagent.backend import BACKENDS, BackendOptions, create_backend, lazy
+from services.common.registry import lazy
+from services.nodeagent.backend import BACKENDS, BackendOptions, create_backend
 
 
 def test_unknown_backend_is_a_config_error_naming_the_known_ones() -> None:

@@ -16,6 +16,7 @@ from prometheus_client import REGISTRY
 
 from parfusion.v1 import allocator_pb2, allocator_pb2_grpc, intent_pb2
 from services.allocator.server import RunningAllocator, start_allocator
+from services.bridge.allocator_client import UrgentIntentTemplate, build_urgent_intent
 from services.common.clients import channel
 from services.common.config import build_settings
 from services.nodeagent.server import RunningNodeAgent, start_nodeagent
@@ -45,7 +46,14 @@ def _wait(predicate: Callable[[], bool], timeout: float) -> float | None:
 
 
 @pytest.fixture
-def loop(home: Path) -> Iterator[tuple[RunningAllocator, list[RunningNodeAgent], int]]:
+def cpu_units() -> int:
+    return 0  # the agent's arena (a test overrides this fixture for a node of a given size)
+
+
+@pytest.fixture
+def loop(
+    home: Path, cpu_units: int
+) -> Iterator[tuple[RunningAllocator, list[RunningNodeAgent], int]]:
     agent_port = free_port()
     agents = [_agent(agent_port)]
     settings = build_settings(
@@ -58,6 +66,7 @@ def loop(home: Path) -> Iterator[tuple[RunningAllocator, list[RunningNodeAgent],
             "gpulane_address": "",
             "tick_ms": int(TICK_S * 1000),
             "stale_after_ms": 1000,
+            "cpu_units": cpu_units,
         },
         env=dict(os.environ),
     )
@@ -146,3 +155,54 @@ def test_agent_loss_marks_the_node_stale_and_the_loop_resumes(loop) -> None:  # 
     assert _wait(lambda: not stale(), 8.0) is not None, "the loop did not resume"
     assert _wait(lambda: _workers(agents[-1], "web") > 0, 3.0) is not None
     assert _wait(lambda: gauge() == 0.0, 2.0) is not None
+
+
+@pytest.mark.parametrize("cpu_units", [2])
+def test_urgent_work_takes_a_unit_on_a_full_node_where_batch_runs_in_idle_time(loop) -> None:  # type: ignore[no-untyped-def]
+    """A 2-unit node: elastic online work holds both units (it needs them for its deadline),
+    batch runs in idle time holding none. An URGENT intent gets its minimum within two ticks,
+    from the online work above its minimum, and the plan says so."""
+    allocator, agents, _ = loop
+    stub = allocator_pb2_grpc.AllocatorServiceStub(channel(allocator.address))
+    web = intent_pb2.ResourceIntent(
+        id="web",
+        name="web",
+        workload_class=intent_pb2.WORKLOAD_CLASS_ONLINE,
+        priority=800,
+        slo=intent_pb2.Slo(deadline_ms=30.0),
+        parallelism=intent_pb2.Parallelism(min=1, max=2),
+        speedup=intent_pb2.Speedup(parallel_fraction=0.9, base_service_ms=40.0),  # 2 units: 22 ms
+        demand=intent_pb2.Demand(arrival_rate_per_s=2.0),
+        elastic=True,
+    )
+    batch = intent_pb2.ResourceIntent(
+        id="train",
+        name="train",
+        workload_class=intent_pb2.WORKLOAD_CLASS_BATCH,
+        priority=300,
+        parallelism=intent_pb2.Parallelism(min=1, max=2),
+        speedup=intent_pb2.Speedup(parallel_fraction=0.95, base_service_ms=5.0),
+        demand=intent_pb2.Demand(work_units=1_000_000),
+        preemptible=True,
+        elastic=True,
+    )
+    for intent in (web, batch):
+        stub.SubmitIntent(allocator_pb2.SubmitIntentRequest(intent=intent), timeout=5)
+
+    def allocation(intent_id: str) -> intent_pb2.Allocation:
+        reply = stub.GetIntent(allocator_pb2.GetIntentRequest(id=intent_id), timeout=2)
+        return reply.allocation
+
+    assert _wait(lambda: allocation("web").units == 2, 5.0) is not None
+    assert allocation("train").units == 0 and allocation("train").sched_policy == "idle"
+    urgent = build_urgent_intent("e1", "fall-detected", 3_000.0, UrgentIntentTemplate())
+    stub.SubmitIntent(allocator_pb2.SubmitIntentRequest(intent=urgent), timeout=5)
+    snapshot = allocator.handle.loop.current()
+    submitted_at = snapshot.generation if snapshot is not None else 0
+    assert _wait(lambda: allocation(urgent.id).units >= 1, 5.0) is not None
+    planned_at = allocator.handle.loop.current().generation
+    assert planned_at - submitted_at <= 2, f"urgent planned {planned_at - submitted_at} ticks late"
+    got = allocation(urgent.id)
+    assert got.state == intent_pb2.ALLOCATION_STATE_ADMITTED, got.reason
+    assert allocation("web").units == 1  # kept its minimum
+    assert _wait(lambda: _workers(agents[0], urgent.id) >= 1, 3.0) is not None

@@ -9,9 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from services.core import dmug
+from services.core.crosslayer import Knobs, decide
 from services.core.memo import TickMemo
 from services.core.model import PlanInput, PlanResult
-from services.core.policies.crosslayer import Knobs, decide
 
 
 @dataclass

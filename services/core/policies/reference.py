@@ -14,11 +14,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from services.core.crosslayer import Knobs, decide
 from services.core.dmug import assess, tie_rank
 from services.core.memo import TickMemo
 from services.core.model import PlanInput, PlanResult
 from services.core.outcome import BATCH_ADMITTED, NOT_ADMITTED
-from services.core.policies.crosslayer import Knobs, decide
 from services.core.table import IntentTable, build_table
 
 NO_KNOBS = Knobs(cross_layer=False, gpu_intent=False)

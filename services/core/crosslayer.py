@@ -12,11 +12,8 @@ reference policies) only the pool sizes change and every OS/GPU knob keeps its d
 
 from __future__ import annotations
 
-import dataclasses
-from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -43,6 +40,7 @@ from services.core.outcome import (
     MET_DEGRADED,
     MET_WITH_LEFTOVER,
     NOT_ADMITTED,
+    NOTHING_YIELDS,
     POLICY_UNITS,
     REASON_CODES,
     SHARED,
@@ -223,6 +221,9 @@ _TEMPLATES = {
     SHORT: ("at risk: needs %d units for %g ms, %d free; running %d",
             ("need", "deadline", "free", "units")),
     NOT_ADMITTED: ("not admitted: needs %d units, %d free", ("min_units", "free")),
+    NOTHING_YIELDS: ("throttled: needs %d units for %g ms, %d free, and nothing can yield "
+                     "(no preemptible work, no elastic ONLINE/ROBOT work above its minimum; "
+                     "idle-time batch holds none); running %d", ("need", "deadline", "free", "units")),
     FIXED: ("%s: holds %d units from its first allocation", ("policy", "units")),
     IDLE_TIME: ("%s: idle-time batch, holds no units", ("policy",)),
     SHARED: ("light: offered load %.3g cores <= %g; runs %d on shared cores, holds no units "
@@ -292,8 +293,12 @@ def reasons(
                 spec_names = [sp.name for sp in table.specs]
                 texts[idx] = [
                     f"preempted: {gone} units taken by urgent {spec_names[by] if by >= 0 else 'work'}"
-                    for gone, by in zip(
-                        lost[idx].tolist(), plan.preempted_by[idx].tolist(), strict=True
+                    + (f"; running {left} (its minimum)" if left else "")
+                    for gone, by, left in zip(
+                        lost[idx].tolist(),
+                        plan.preempted_by[idx].tolist(),
+                        units[idx].tolist(),
+                        strict=True,
                     )
                 ]
                 continue
@@ -316,54 +321,14 @@ def reasons(
     return texts.tolist()
 
 
-_DECISION_FIELDS = tuple(f.name for f in dataclasses.fields(Decision))
-
-
-class _DecisionDraft:
-    """Decision's slot layout without the frozen guard: a plain positional __init__ fills the
-    slots at C speed, then ``__class__`` is switched to Decision (allowed between classes with
-    the same slots). About 2x faster than filling Decision's slots through their descriptors,
-    which is most of a 10,000-intent tick. Used only when the layouts provably agree."""
-
-    __slots__ = tuple(getattr(Decision, "__slots__", ()))
-
-
-_init_ns: dict[str, Any] = {}
-exec(  # noqa: S102 - a positional __init__ over Decision's own field names
-    "def __init__(self, "
-    + ", ".join(_DECISION_FIELDS)
-    + "):\n"
-    + "".join(f"    self.{name} = {name}\n" for name in _DECISION_FIELDS),
-    _init_ns,
-)
-_DecisionDraft.__init__ = _init_ns["__init__"]  # type: ignore[method-assign]
-
-
-def _draft_build_works() -> bool:
-    if hasattr(Decision, "__post_init__") or set(_DecisionDraft.__slots__) != set(_DECISION_FIELDS):
-        return False
-    try:
-        probe = Decision("probe", 3, reason="r", cpu_set=(1,), level_since_tick=2)
-        draft = _DecisionDraft(*(getattr(probe, name) for name in _DECISION_FIELDS))
-        draft.__class__ = Decision  # type: ignore[assignment]
-    except TypeError:
-        return False
-    return draft == probe and repr(draft) == repr(probe)
-
-
-_FAST_BUILD = _draft_build_works()
+_DECISION_FIELDS = Decision.__struct_fields__
 
 
 def build_decisions(n: int, **columns: Column) -> tuple[Decision, ...]:
     """n Decisions from one column (list or array) per field (every field given)."""
     if set(columns) != set(_DECISION_FIELDS):
         raise TypeError(f"build_decisions needs exactly the fields {_DECISION_FIELDS}")
-    cols = [_as_list(columns[name]) for name in _DECISION_FIELDS]
-    if not _FAST_BUILD:
-        return tuple(map(Decision, *cols))
-    objs = tuple(map(_DecisionDraft, *cols))
-    deque(map(setattr, objs, repeat("__class__"), repeat(Decision)), maxlen=0)
-    return objs  # type: ignore[return-value]
+    return tuple(map(Decision, *(_as_list(columns[name]) for name in _DECISION_FIELDS)))
 
 
 def _as_list(column: Column) -> Sequence[Any]:

@@ -1,0 +1,139 @@
+"""A NodePlan as the real backend's pool specs: checked, capped and paced before anything runs.
+
+``pool_spec`` turns one allocation into its pool's spec (service time per degradation level,
+cpu set clipped to the arena, cgroup plan); ``capped`` applies nodeagent.max_workers (deadline
+classes keep workers first) and scales online arrivals into nodeagent.max_load_fraction;
+``batch_duty`` paces batch workers into what online work leaves of that fraction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from parfusion.v1 import intent_pb2
+from services.nodeagent import cgroupfs
+from services.nodeagent.allocation import check_allocation
+from services.nodeagent.pools import OsKnobs
+
+CAP_ORDER = ("URGENT", "ROBOT", "ONLINE", "BATCH")  # who keeps workers when the cap bites
+BATCH_ITEM_MS = 8.0  # default batch item; items stay <= 10 ms so urgent work waits little
+BATCH_ITEM_MAX_MS = 10.0
+DEGRADE_FACTOR = {
+    intent_pb2.DEGRADATION_LEVEL_FP16: 0.6,
+    intent_pb2.DEGRADATION_LEVEL_INT8: 0.4,
+}
+MIN_BATCH_DUTY = 0.05
+
+
+@dataclass(frozen=True)
+class PoolSpec:
+    """One allocation, validated and capped: what the pool for this intent must look like."""
+
+    intent_id: str
+    workload_class: str
+    workers: int
+    knobs: OsKnobs
+    service_ms: float
+    parallel_fraction: float
+    rate_per_s: float
+    deadline_ms: float
+    group: cgroupfs.GroupPlan
+    note: str = ""
+
+    @property
+    def kind(self) -> str:
+        return "batch" if self.workload_class == "BATCH" else "online"
+
+
+def pool_spec(
+    index: int,
+    a: intent_pb2.Allocation,
+    machine_cpus: Sequence[int],
+    arena: tuple[int, ...],
+    default_service_ms: float,
+) -> PoolSpec:
+    """allocations[index] checked (check_allocation) and turned into its pool's spec: the cpu
+    set clipped to the arena, the service time at the allocation's degradation level."""
+    cls, policy = check_allocation(index, a, machine_cpus, "do not exist on this node")
+    note = []
+    cpus = tuple(sorted(set(a.cpu_set) & set(arena)))
+    if a.cpu_set and len(cpus) < len(set(a.cpu_set)):
+        note.append("cpu set clipped to the arena")
+    cpus = cpus or arena
+    factor = DEGRADE_FACTOR.get(a.degradation, 1.0)
+    if cls == "BATCH":
+        service = min(a.base_service_ms or BATCH_ITEM_MS, BATCH_ITEM_MAX_MS)
+    else:
+        service = (a.base_service_ms or default_service_ms) * factor
+    cg = a.cgroup
+    group = cgroupfs.plan_group(
+        a.intent_id,
+        cls,
+        path=cg.path,
+        cpu_weight=cg.cpu_weight,
+        cpu_max=cg.cpu_max,
+        cpuset_cpus=cg.cpuset_cpus or ",".join(map(str, cpus)),
+    )
+    return PoolSpec(
+        intent_id=a.intent_id,
+        workload_class=cls,
+        workers=a.workers,
+        knobs=OsKnobs(cpu_set=cpus, nice=a.nice, sched_policy=policy),
+        service_ms=service,
+        parallel_fraction=a.parallel_fraction or 0.9,
+        rate_per_s=a.arrival_rate_per_s,
+        deadline_ms=a.deadline_ms,
+        group=group,
+        note="; ".join(note),
+    )
+
+
+def capped(
+    specs: list[PoolSpec], max_workers: int, cap_cores: float, generating: bool
+) -> list[PoolSpec]:
+    """Worker cap across pools (max_workers), deadline classes first; while arrivals are
+    generated, the online pools' offered load scaled into cap_cores."""
+    left = max_workers
+    out: dict[str, PoolSpec] = {}
+    for cls in CAP_ORDER:
+        for spec in (s for s in specs if s.workload_class == cls):
+            workers = min(spec.workers, left)
+            left -= workers
+            note = spec.note
+            if workers < spec.workers:
+                note = "; ".join(
+                    filter(None, [note, f"capped to {workers} workers by nodeagent.max_workers"])
+                )
+            out[spec.intent_id] = replace(spec, workers=workers, note=note)
+    capped = [out[s.intent_id] for s in specs]
+    online_load = sum(s.rate_per_s * s.service_ms / 1000.0 for s in capped if s.kind == "online")
+    if generating and online_load > cap_cores > 0:
+        scale = cap_cores / online_load
+        capped = [
+            replace(
+                s,
+                rate_per_s=s.rate_per_s * scale,
+                note="; ".join(
+                    filter(
+                        None,
+                        [
+                            s.note,
+                            f"arrival rate scaled x{scale:.2f} by nodeagent.max_load_fraction",
+                        ],
+                    )
+                ),
+            )
+            if s.kind == "online"
+            else s
+            for s in capped
+        ]
+    return capped
+
+
+def batch_duty(specs: list[PoolSpec], cap_cores: float) -> float:
+    """Batch duty so online + batch stay within cap_cores (max_load_fraction of the arena)."""
+    online_load = sum(s.rate_per_s * s.service_ms / 1000.0 for s in specs if s.kind == "online")
+    batch_workers = sum(s.workers for s in specs if s.kind == "batch")
+    duty = 1.0 if batch_workers == 0 else (cap_cores - online_load) / batch_workers
+    return max(MIN_BATCH_DUTY, min(1.0, duty))
