@@ -245,9 +245,16 @@ class ModeledBackend:
         )
         tel.observed_at.GetCurrentTime()
         active = node.active_disturbance()
-        if active is not None:
+        # the served model may lag the clock by up to a step: a disturbance's time left runs
+        # on the clock, so one that has ended is reported ended before the model catches up
+        now = (
+            node.now_s
+            if self._background is None
+            else max(node.now_s, self._clock() - self._origin)
+        )
+        if active is not None and active.remaining_s(now) > 0:
             tel.active_disturbance.CopyFrom(disturbance_to_proto(active.spec))
-            tel.disturbance_remaining_s = active.remaining_s(node.now_s)
+            tel.disturbance_remaining_s = active.remaining_s(now)
         # only the draining reader (the allocator's loop) moves what counts as reported
         reported: dict[str, Assignment] = {}
         if changed_pools_only:
