@@ -19,7 +19,7 @@ import grpc
 
 from parfusion.v1 import allocator_pb2, allocator_pb2_grpc
 from services.allocator.loop import ControlLoop, LoopConfig
-from services.allocator.store import IntentStore
+from services.allocator.store import DEFAULT_MAX_INTENTS, IntentStore
 from services.allocator.watch import END, PlanSnapshot, ReplyCache
 from services.common.config import ServiceSettings, parse_service_args, resolve_path
 from services.common.errors import InvalidArgument
@@ -283,6 +283,7 @@ def build_allocator(
     store = IntentStore(
         settings.path("db_path", "run/allocator.db"),
         synchronous=settings.get_str("db_synchronous", "normal").lower(),
+        max_intents=settings.get_int("max_intents", DEFAULT_MAX_INTENTS),
     )
     try:
         if settings.get_bool("seed_intents", False):

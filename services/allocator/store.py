@@ -32,7 +32,7 @@ from pathlib import Path
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from parfusion.v1 import intent_pb2
-from services.common.errors import AlreadyExists, FailedPrecondition, NotFound
+from services.common.errors import AlreadyExists, FailedPrecondition, NotFound, ResourceExhausted
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +40,7 @@ SYNCHRONOUS_LEVELS = ("normal", "full")
 MAX_BATCH = 256  # changes committed together at most
 ROWS_PER_STATEMENT = 100  # 9 parameters a row: within SQLite's oldest limit of 999 per statement
 WRITER_CHECK_S = 1.0  # a blocked caller checks this often that the writer thread is alive
+DEFAULT_MAX_INTENTS = 10_000  # allocator setting max_intents
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS intents (
@@ -128,6 +129,7 @@ class _Changes:
     def __init__(self, store: IntentStore) -> None:
         self.store = store
         self.next_seq = store._next_seq
+        self.count = len(store._mirror)
         self.pending: dict[str, tuple[StoredIntent | None, bytes | None]] = {}
         self.mirror: list[tuple[str, StoredIntent | None, bytes | None]] = []
         self.groups: list[tuple[str, list[tuple[object, ...]]]] = []
@@ -171,6 +173,7 @@ class _Changes:
             if existing is None:
                 raise NotFound(f"no intent with id {op.intent_id!r}", field="id")
             self._add("delete", (op.intent_id,))
+            self.count -= 1
             self.pending[op.intent_id] = (None, None)
             self.mirror.append((op.intent_id, None, None))
             return existing.intent
@@ -190,6 +193,13 @@ class _Changes:
                 )
         else:
             intent.id = new_intent_id()
+        limit = self.store.max_intents
+        if self.count >= limit:
+            raise ResourceExhausted(
+                f"the intent store holds its limit of {limit} intents (allocator setting "
+                "max_intents); delete intents or raise the limit"
+            )
+        self.count += 1
         created = Timestamp()
         created.FromNanoseconds(self.store._clock())
         intent.created_at.CopyFrom(created)
@@ -219,12 +229,20 @@ class IntentStore:
     """Intents keyed by id, in submission order (``seq``), durable once a call returns."""
 
     def __init__(
-        self, path: Path, *, synchronous: str = "normal", clock: Callable[[], int] | None = None
+        self,
+        path: Path,
+        *,
+        synchronous: str = "normal",
+        clock: Callable[[], int] | None = None,
+        max_intents: int = DEFAULT_MAX_INTENTS,
     ) -> None:
         if synchronous not in SYNCHRONOUS_LEVELS:
             raise ValueError(
                 f"db_synchronous must be one of {SYNCHRONOUS_LEVELS}, got {synchronous!r}"
             )
+        if max_intents < 1:
+            raise ValueError(f"max_intents must be at least 1, got {max_intents}")
+        self.max_intents = max_intents
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._clock = clock or _now_ns

@@ -57,3 +57,10 @@ class Unauthenticated(DomainError):
 class Unavailable(DomainError):
     code = "UNAVAILABLE"
     http_status = 503
+
+
+class ResourceExhausted(DomainError):
+    """A configured limit is reached; the message names the limit and its setting."""
+
+    code = "RESOURCE_EXHAUSTED"
+    http_status = 429
