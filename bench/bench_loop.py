@@ -11,8 +11,8 @@ bench_dmug.py), no peers (telemetry and pushes are the node agent's and gpulane'
 - `submit`: the tick right after one more intent is submitted;
 - `delete`: the tick right after one intent is deleted.
 
-Each row gives the median and best tick (wall ms), the policy's own part (NodePlan.decision_ms)
-and how many full (oldest-generation) garbage collections ran during those ticks.
+Each row gives the median and best tick (wall ms), the policy's own part (NodePlan.decision_ms),
+the process's CPU time per tick (median; on a shared machine the fairer figure) and how many full (oldest-generation) garbage collections ran during those ticks.
 
     .venv/bin/python bench/bench_loop.py [--sizes 1000,10000] [--ticks 20] [--rounds 5]
 """
@@ -78,21 +78,23 @@ class FullCollections:
             self.count += 1
 
 
-def timed_tick(loop: ControlLoop) -> tuple[float, float]:
-    """(tick wall ms, the policy's ms) of one tick."""
-    t0 = time.perf_counter()
+def timed_tick(loop: ControlLoop) -> tuple[float, float, float]:
+    """(tick wall ms, the policy's ms, the process's CPU ms) of one tick."""
+    c0, t0 = time.process_time(), time.perf_counter()
     snapshot = loop.tick()
     wall = (time.perf_counter() - t0) * 1e3
+    cpu = (time.process_time() - c0) * 1e3
     assert snapshot is not None, "the policy failed"
-    return wall, snapshot.node_plan.decision_ms
+    return wall, snapshot.node_plan.decision_ms, cpu
 
 
-def row(n: int, case: str, ticks: list[tuple[float, float]], full: int) -> str:
-    walls = [w for w, _ in ticks]
-    policy = statistics.median(p for _, p in ticks)
+def row(n: int, case: str, ticks: list[tuple[float, float, float]], full: int) -> str:
+    walls = [w for w, _, _ in ticks]
+    policy = statistics.median(p for _, p, _ in ticks)
+    cpu = statistics.median(c for _, _, c in ticks)
     return (
         f"| {n:,} | {case} | {statistics.median(walls):.1f} ({min(walls):.1f}) | "
-        f"{policy:.1f} | {len(ticks)} | {full} |\n"
+        f"{policy:.1f} | {cpu:.1f} | {len(ticks)} | {full} |\n"
     )
 
 
@@ -146,8 +148,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=5, help="submits (and deletes) timed per size")
     ns = ap.parse_args(argv)
     sys.stdout.write(
-        "| intents | tick | wall ms, median (best) | policy ms, median | ticks | full GCs |\n"
-        "|---|---|---|---|---|---|\n"
+        "| intents | tick | wall ms, median (best) | policy ms, median | CPU ms, median | ticks | full GCs |\n"
+        "|---|---|---|---|---|---|---|\n"
     )
     counter = FullCollections()
     gc.callbacks.append(counter)

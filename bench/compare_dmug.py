@@ -5,7 +5,8 @@ turn, so that a burst of background load hits both alike. A process times the `p
 policy's allocate() on the synthetic intents of the measured checkout's bench/bench_dmug.py
 (the generator has not changed since it was written), cold and steady, plenty and scarce. The
 table gives, per cell, the median over rounds of each process's median, the best single tick
-in brackets, and the ratio of the medians (this / other).
+in brackets, and the ratio of the medians (this / other), then the same for the CPU time the
+process spent in the tick (less disturbed by other processes than the wall clock).
 
     .venv/bin/python bench/compare_dmug.py OTHER_CHECKOUT [--rounds 5] [--sizes 10,100,1000,10000]
 
@@ -27,8 +28,9 @@ HERE = Path(__file__).resolve()
 THIS = HERE.parents[1]
 
 
-def measure(checkout: str, n: int, ticks: int) -> dict[str, tuple[float, float]]:
-    """In a child process: median and best allocate() ms per (case, tick) for `checkout`'s code."""
+def measure(checkout: str, n: int, ticks: int) -> dict[str, tuple[float, float, float]]:
+    """In a child process: median and best allocate() wall ms and median CPU ms per (case, tick)
+    for `checkout`'s code."""
     import gc
     import random
     import time
@@ -55,23 +57,28 @@ def measure(checkout: str, n: int, ticks: int) -> dict[str, tuple[float, float]]
         first = PlanInput(intents=intents, node=make_node(units))
         for tick in ("cold", "steady"):
             loop = Ticks(get_policy("parfusion"), first)
-            times = []
+            times, cpu = [], []
             for _ in range(ticks + 2):  # the first two warm up
                 # timed with the cyclic collector paused, as the allocator's loop runs a tick
                 # (older checkouts pause it inside allocate(): then the two pauses nest)
                 if tick == "cold":
                     gc.disable()
-                    t0 = time.perf_counter()
+                    c0, t0 = time.process_time(), time.perf_counter()
                     get_policy("parfusion").allocate(first)
                 else:
                     loop.prepare()
                     gc.disable()
-                    t0 = time.perf_counter()
+                    c0, t0 = time.process_time(), time.perf_counter()
                     loop.run()
                 times.append(time.perf_counter() - t0)
+                cpu.append(time.process_time() - c0)
                 gc.enable()
-            times = times[2:]
-            out[f"{n} {case} {tick}"] = (statistics.median(times) * 1e3, min(times) * 1e3)
+            times, cpu = times[2:], cpu[2:]
+            out[f"{n} {case} {tick}"] = (
+                statistics.median(times) * 1e3,
+                min(times) * 1e3,
+                statistics.median(cpu) * 1e3,
+            )
     return out
 
 
@@ -96,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     ):
         ap.error(f"{other} does not hold a PARFusion checkout (no services/core/dmug.py)")
     sizes = [int(x) for x in ns.sizes.split(",")]
-    runs: dict[str, dict[str, list[tuple[float, float]]]] = defaultdict(lambda: defaultdict(list))
+    runs: dict[str, dict[str, list[tuple[float, ...]]]] = defaultdict(lambda: defaultdict(list))
     for r in range(ns.rounds):
         for n in sizes:
             ticks = 200 if n <= 100 else max(20_000 // n, 9)
@@ -109,17 +116,21 @@ def main(argv: list[str] | None = None) -> int:
                 for cell, value in json.loads(done.stdout).items():
                     runs[cell][who].append(tuple(value))
     sys.stderr.write("\n")
+    name = Path(other).name
     print(
-        f"| intents | case | tick | {Path(other).name}: ms (best) | this: ms (best) | this / other |"
+        f"| intents | case | tick | {name}: ms (best) | this: ms (best) | this / other "
+        f"| {name}: CPU ms | this: CPU ms | CPU this / other |"
     )
-    print("|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|")
     for cell, by in runs.items():
         n, case, tick = cell.split()
-        med = {who: statistics.median(m for m, _ in by[who]) for who in ("other", "this")}
-        best = {who: min(b for _, b in by[who]) for who in ("other", "this")}
+        med = {who: statistics.median(m[0] for m in by[who]) for who in ("other", "this")}
+        best = {who: min(m[1] for m in by[who]) for who in ("other", "this")}
+        cpu = {who: statistics.median(m[2] for m in by[who]) for who in ("other", "this")}
         print(
             f"| {int(n):,} | {case} | {tick} | {_fmt(med['other'])} ({_fmt(best['other'])}) | "
-            f"{_fmt(med['this'])} ({_fmt(best['this'])}) | {med['this'] / med['other']:.2f}x |"
+            f"{_fmt(med['this'])} ({_fmt(best['this'])}) | {med['this'] / med['other']:.2f}x | "
+            f"{_fmt(cpu['other'])} | {_fmt(cpu['this'])} | {cpu['this'] / cpu['other']:.2f}x |"
         )
     return 0
 

@@ -1,4 +1,5 @@
-"""`parfusion experiment compare|dynamic|ablation --seconds N [--seed S]`: the headless suite."""
+"""`parfusion experiment compare|dynamic|ablation|stability --seconds N [--seed S]`: the headless
+suite."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ EXPERIMENTS = {
     "dynamic": "urgent robot event + CPU/GPU/network disturbance; how the controller reacted",
     "ablation": "baseline, static, edf-only, no-crosslayer, no-gpuintent, no-predictor, "
     "no-elastic, no-degrade, no-preemption and parfusion",
+    "stability": "make run's intents under parfusion, steady and with the guided demo's "
+    "disturbance: flaps, prediction error, deadlines held (default --seconds 300)",
 }
 
 

@@ -19,6 +19,9 @@ class ServiceSpec:
     )  # gRPC services serve Prometheus on their own port; HTTP ones at /metrics
     depends_on: tuple[str, ...] = ()
     description: str = ""
+    # What the service keeps under run/ across restarts; empty = nothing (stateless).
+    # compose.yaml gives each stateful service its own named volume there.
+    state: str = ""
 
     @property
     def module(self) -> str:
@@ -54,7 +57,15 @@ class ServiceSpec:
 
 
 SERVICES: tuple[ServiceSpec, ...] = (
-    ServiceSpec("allocator", "grpc", 50051, 19101, (), "intent store, predictor, D-MUG, node loop"),
+    ServiceSpec(
+        "allocator",
+        "grpc",
+        50051,
+        19101,
+        (),
+        "intent store, predictor, D-MUG, node loop",
+        state="the intent store (SQLite, allocator.db)",
+    ),
     ServiceSpec(
         "nodeagent",
         "grpc",
@@ -62,6 +73,7 @@ SERVICES: tuple[ServiceSpec, ...] = (
         19102,
         ("allocator",),
         "worker pools, affinity/nice, cgroup v2, node telemetry",
+        state="the cgroup plan record of the real backend (nodeagent/)",
     ),
     ServiceSpec(
         "gpulane",
@@ -70,6 +82,7 @@ SERVICES: tuple[ServiceSpec, ...] = (
         19103,
         ("allocator",),
         "GPU lanes, shares, stream priority, MPS/MIG previews, NVML",
+        state="the GPU plan records (gpulane/plans.jsonl)",
     ),
     ServiceSpec(
         "extender",
@@ -86,6 +99,7 @@ SERVICES: tuple[ServiceSpec, ...] = (
         None,
         ("allocator",),
         "robot missions, safe-point preemption, urgent events",
+        state="mission checkpoints (bridge/checkpoint.json)",
     ),
     ServiceSpec(
         "dashboard",

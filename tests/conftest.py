@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import os
 import socket
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.ros_domain import claim_domain
+
 ROOT = Path(__file__).resolve().parent.parent
+ROS_ENV = ("ROS_DOMAIN_ID", "ROS_AUTOMATIC_DISCOVERY_RANGE", "ROS_STATIC_PEERS")
 
 
 @pytest.fixture
@@ -28,3 +33,19 @@ def free_port() -> int:
 @pytest.fixture
 def port() -> int:
     return free_port()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def ros_domain() -> Iterator[int]:
+    """This run's own ROS 2 domain, loopback discovery only (tests/ros_domain.py says why)."""
+    domain, lock = claim_domain()
+    saved = {key: os.environ.get(key) for key in ROS_ENV}
+    os.environ.update({"ROS_DOMAIN_ID": str(domain), "ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST"})
+    os.environ.pop("ROS_STATIC_PEERS", None)
+    yield domain
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+    lock.close()

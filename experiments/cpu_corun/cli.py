@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import os
 import platform
 import random
 import shlex
 import sys
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -30,8 +32,8 @@ from experiments.cpu_corun.profiles import (
     PhaseSpec,
     Profile,
 )
-from experiments.cpu_corun.runner import PhaseRunner
-from experiments.cpu_corun.workload import Router, calibrate, draft
+from experiments.cpu_corun.runner import PhaseRun, PhaseRunner
+from experiments.cpu_corun.workload import Calibration, Router, calibrate, draft
 from services.common.config import build_settings
 from services.nodeagent import procfs
 from services.nodeagent.backend import BackendOptions
@@ -109,6 +111,27 @@ def conditions() -> dict[str, Any]:
     }
 
 
+def run_undisturbed(
+    run: Callable[[], PhaseRun], cal: Calibration
+) -> tuple[PhaseRun, dict[str, Any]]:
+    """Run a phase; while other processes disturbed it (stats.disturbance), run it again, at most
+    stats.MAX_RERUNS times, and keep the least disturbed attempt. Its row says how many attempts
+    it took and, if every attempt was disturbed, why (``disturbed``)."""
+    best: tuple[PhaseRun, dict[str, Any]] | None = None
+    for attempt in range(1 + stats.MAX_RERUNS):
+        result = run()
+        row = stats.summarize(result, cal)
+        row["disturbed"] = stats.disturbance(row, cal)
+        row["attempts"] = attempt + 1
+        if row["disturbed"] is None:
+            return result, row
+        if best is None or row["foreign_cores"] < best[1]["foreign_cores"]:
+            best = (result, row)
+        best[1]["attempts"] = attempt + 1
+    assert best is not None
+    return best
+
+
 def run(ns: argparse.Namespace) -> int:
     profile = PROFILES[ns.profile]
     if ns.loads:
@@ -164,13 +187,15 @@ def run(ns: argparse.Namespace) -> int:
                     f"rep {rep} {phase.name} {'' if load is None else f'{int(load * 100)}%'}"
                 )
                 seed = ns.seed * 1000 + rep * 10 + int((load or 0) * 100)
-                results.append(runner.run(phase, load, rep, i, windows[load], seed))
+                phase_run = functools.partial(runner.run, phase, load, rep, i, windows[load], seed)
+                results.append(run_undisturbed(phase_run, cal))
                 bar.update(1)
         bar.close()
     finally:
         backend.stop()
     cond["load_after"] = [round(x, 2) for x in os.getloadavg()]
-    rows = stats.with_ratios([stats.summarize(r, cal) for r in results], cal)
+    rows = stats.with_ratios([row for _, row in results], cal)
+    suspects = stats.suspect_references(rows)
     cond["mean_host_cpu_percent"] = sum(r["host_cpu_percent"] for r in rows) / max(1, len(rows))
     cond["mean_foreign_cores"] = sum(r["foreign_cores"] for r in rows) / max(1, len(rows))
     cond["max_foreign_cores"] = max((r["foreign_cores"] for r in rows), default=0.0)
@@ -192,7 +217,7 @@ def run(ns: argparse.Namespace) -> int:
         ],
         "phases": rows,
         "aggregate": agg,
-        "sanity_gate": stats.sanity_gate(agg, profile.loads),
+        "sanity_gate": stats.sanity_gate(agg, profile.loads, rows, suspects),
         "targets": stats.targets(rows, cal, profile.loads),
         "raw": [
             {
@@ -203,7 +228,7 @@ def run(ns: argparse.Namespace) -> int:
                 "urgent_start_ms": [round(x, 3) for x in r.urgent_start_ms],
                 "plan_trace": r.plan_trace,
             }
-            for r in results
+            for r, _ in results
         ],
     }
     results_dir = settings.results_dir

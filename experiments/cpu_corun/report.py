@@ -130,6 +130,36 @@ def markdown(doc: dict[str, Any], figure_paths: list[Path], report_path: Path) -
         f"{gate_ratio} (needs >= {gate['threshold']}x) — **{gate['verdict']}**.",
         "",
     ]
+    disturbed = [r for r in doc["phases"] if r.get("disturbed")]
+    rerun = [r for r in doc["phases"] if r.get("attempts", 1) > 1]
+    lines.append(
+        f"Disturbance check: {len(rerun)} phase run(s) re-run because other processes disturbed "
+        f"them; {len(disturbed)} still disturbed after the re-runs" + (":" if disturbed else ".")
+    )
+    for r in disturbed:
+        load = "" if r["load"] is None else f" at {int(r['load'] * 100)} %"
+        lines.append(
+            f"- {r['phase']}{load}, repetition {r['repetition']}, {r['attempts']} attempts: "
+            f"{r['disturbed']}"
+        )
+    for s in gate.get("suspect_references", []):
+        lines.append(
+            f"- suspect reference: online-alone at {int(s['load'] * 100)} % (repetition "
+            f"{s['repetition']}) has p99 {s['alone_p99_ms']:.1f} ms, worse than {s['phase']}'s "
+            f"{s['phase_p99_ms']:.1f} ms in the same repetition; its ratios are not evidence"
+        )
+    errors_pct = [
+        r["prediction_error_pct"]
+        for r in doc["phases"]
+        if r.get("prediction_error_pct") is not None
+    ]
+    if errors_pct:
+        errors_pct.sort()
+        lines.append(
+            f"Prediction error (policy phases, median |predicted / observed online p99 - 1| per "
+            f"phase): median {errors_pct[len(errors_pct) // 2]:.1f} %, worst {errors_pct[-1]:.1f} %."
+        )
+    lines.append("")
     for load in prof["loads"]:
         lines += [
             f"## {int(load * 100)} % load ({load * cal['capacity_per_s']:.1f} req/s)",

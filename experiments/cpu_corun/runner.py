@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import random
+import statistics
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -61,6 +62,8 @@ class PhaseRun:
     host_load1: float = 0.0
     host_cpu_percent: float = 0.0
     foreign_cores: float = 0.0  # CPU used by processes outside this benchmark, in cores
+    # policy phases: median |predicted / observed online p99 - 1| over the phase's ticks (%)
+    prediction_error_pct: float | None = None
 
     @property
     def batch_items_per_s(self) -> float:
@@ -195,6 +198,10 @@ class PhaseRunner:
             result.errors.extend(controller.errors[:5])
             result.controller_cpu_fraction = controller.cpu_seconds / max(cutoff - wall0, 1e-6)
             result.plan_trace = _trace(controller)
+            errors = [abs(t.prediction_error[ONLINE]) for t in controller.log
+                      if ONLINE in t.prediction_error]  # fmt: skip
+            if errors:
+                result.prediction_error_pct = 100.0 * statistics.median(errors)
         for intent_id in (ONLINE, URGENT):
             self.backend.request_source(intent_id).clear()
         done.extend(self.router.take())

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -25,6 +24,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from parfusion.v1 import intent_pb2, telemetry_pb2
 from services.allocator import metrics, plans
 from services.allocator.gcpause import cyclic_gc_paused
+from services.allocator.nodestate import Telemetry, node_state
 from services.allocator.peers import GpuLaneClient, NodeAgentClient
 from services.allocator.store import IntentStore, StoredIntent
 from services.allocator.watch import PlanFeed, PlanSnapshot
@@ -90,15 +90,6 @@ class _LockedPredictor:
                 self.predictor.forget(intent_id)
 
 
-@dataclass
-class _Telemetry:
-    node: telemetry_pb2.NodeTelemetry | None = None
-    node_at: float = 0.0  # monotonic receipt time
-    node_wall: Timestamp | None = None
-    gpu: telemetry_pb2.GpuTelemetry | None = None
-    contention: float = 0.0
-
-
 class ControlLoop:
     """Owns the plan state; ``tick()`` is one iteration (the thread calls it every tick_s)."""
 
@@ -118,7 +109,7 @@ class ControlLoop:
         self._stats = _LockedPredictor(self.predictor)
         self._clock = clock
         self._lock = threading.RLock()
-        self._telemetry = _Telemetry()
+        self._telemetry = Telemetry()
         self._tick = 0
         self._generation = 0
         self._previous: Mapping[str, model.Decision] = {}
@@ -382,30 +373,11 @@ class ControlLoop:
 
     def _node_state(self) -> model.NodeState:
         """Capacity, lanes, contention and disturbance from the last known telemetry."""
-        tel = self._telemetry
-        node = tel.node
-        arena = tuple(node.arena_cpus) if node is not None else ()
-        units = self.config.cpu_units or len(arena) or os.cpu_count() or 1
-        # More units than arena cores (allocator.cpu_units set by hand) oversubscribe the real
-        # cores: CPU sets must only ever name CPUs the node agent has.
-        cpu_ids = arena[:units] if arena else tuple(range(units))
-        now = self._clock()
-        stale = node is None or now - tel.node_at > self.config.stale_after_s
-        disturbance = model.Disturbance()
-        gpu_pressure = tel.gpu.gpu_pressure if tel.gpu is not None else 0.0
-        if node is not None and node.disturbance_remaining_s - (now - tel.node_at) > 0:
-            disturbance = convert.active_disturbance(node, gpu_pressure)
-        elif gpu_pressure:
-            disturbance = convert.active_disturbance(None, gpu_pressure)
-        return model.NodeState(
-            name=self.config.node_name,
-            cpu_units=units,
-            cpu_ids=cpu_ids,
-            lanes=convert.lanes_from_telemetry(tel.gpu, self.config.configured_lanes),
-            contention=tel.contention,
-            disturbance=disturbance,
-            stale=stale,
-        )
+        c = self.config
+        return node_state(
+            self._telemetry, self._clock(), node_name=c.node_name, cpu_units=c.cpu_units,
+            stale_after_s=c.stale_after_s, configured_lanes=c.configured_lanes,
+        )  # fmt: skip
 
     # --- queries and what-if -----------------------------------------------------------------
 

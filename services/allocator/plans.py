@@ -4,8 +4,8 @@ One Decision per intent becomes one Allocation (workers, cpu set, nice, cgroup p
 and share, predicted latency, slack, risk, NMU, state); the allocations make the NodePlan,
 the GPU part of each makes the GpuPlan. Both carry the tick's generation and the policy name.
 
-Building 10,000 Allocation messages field by field takes about 100 ms, most of a loop tick at
-that size, while a steady tick changes few of them. ``AllocationCache`` keeps each intent's
+Building thousands of Allocation messages field by field is most of a large loop tick, while
+a steady tick changes few of them (docs/performance.md). ``AllocationCache`` keeps each intent's
 Allocation from the last plan, serialized as a NodePlan entry (a NodePlan holding only that
 allocation), and reuses it while the Decision is the very same object (the policies keep
 unchanged ones, and Decisions are frozen) and the intent is the very same stored message (the

@@ -18,8 +18,9 @@ from typing import Any
 import grpc
 
 from parfusion.v1 import allocator_pb2, allocator_pb2_grpc
+from services.allocator.kubestatus import KubeSync, start_kube_sync
 from services.allocator.loop import ControlLoop, LoopConfig
-from services.allocator.store import DEFAULT_MAX_INTENTS, IntentStore
+from services.allocator.store import DEFAULT_MAX_INTENTS, IntentStore, StoreUnusable
 from services.allocator.watch import END, PlanSnapshot, ReplyCache
 from services.common.config import ServiceSettings, parse_service_args, resolve_path
 from services.common.errors import InvalidArgument
@@ -48,8 +49,11 @@ class AllocatorHandle:
     loop: ControlLoop
     servicer: AllocatorServicer
     settings: ServiceSettings
+    kube: KubeSync | None = None  # with allocator.kube_api: intents and state via the API
 
     def stop(self) -> None:
+        if self.kube is not None:
+            self.kube.stop()
         self.loop.stop()
         self.store.close()
 
@@ -304,6 +308,11 @@ def build_allocator(
     handle = AllocatorHandle(store=store, loop=loop, servicer=servicer, settings=settings)
     if start_loop:
         loop.start()
+    try:
+        handle.kube = start_kube_sync(settings, loop, tuple(configured_lanes(settings)))
+    except Exception:
+        handle.stop()
+        raise
     registrations: list[Registration] = [(add_allocator_service, servicer, SERVICE_NAME)]
     return registrations, [handle.stop], handle
 
@@ -351,7 +360,11 @@ def start_allocator(
 def main(argv: list[str] | None = None) -> None:
     settings, _ = parse_service_args("allocator", argv)
     configure_logging(settings.log_level, settings.log_format, "allocator")
-    running = start_allocator(settings, metrics_port=settings.metrics_port)
+    try:
+        running = start_allocator(settings, metrics_port=settings.metrics_port)
+    except StoreUnusable as exc:  # the file and what to do, not a traceback
+        log.error("cannot start", extra={"error": str(exc)})
+        raise SystemExit(f"allocator: {exc}") from None
     log.info(
         "serving",
         extra={

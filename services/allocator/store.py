@@ -11,6 +11,13 @@ write(2) before the commit returns: a process crash (``kill -9``) cannot lose th
 crash or power cut can lose the last transactions. ``synchronous=FULL`` (config
 ``db_synchronous: full``) adds an fsync per commit for power-loss durability.
 
+The store never lies about itself: a file that exists but is not an intent store (0 bytes, not
+SQLite, another program's tables, corrupt pages) or that this process cannot write makes
+:class:`StoreUnusable` at open, naming the file and what to do; nothing is created or replaced.
+A single row that cannot be read is skipped with an ERROR log naming it and
+``parfusion_store_skipped_rows_total``; the rest of the store starts. ``max_intents`` bounds
+the store: a submit beyond it is RESOURCE_EXHAUSTED naming the limit.
+
 Reads are served from an in-memory mirror updated after each commit, so GetIntent/ListIntents
 and the control loop never wait on a commit. ``version`` grows with every change; the loop
 uses it to invalidate its cached intent list.
@@ -32,7 +39,14 @@ from pathlib import Path
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from parfusion.v1 import intent_pb2
-from services.common.errors import AlreadyExists, FailedPrecondition, NotFound, ResourceExhausted
+from services.allocator.metrics import STORE_SKIPPED_ROWS
+from services.common.errors import (
+    AlreadyExists,
+    FailedPrecondition,
+    NotFound,
+    ResourceExhausted,
+    Unavailable,
+)
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +77,10 @@ INSERT_INTO = (
     "INSERT INTO intents"
     " (seq, id, name, workload_class, priority, node, created_at_ns, content, body) VALUES "
 )
+
+
+class StoreUnusable(RuntimeError):
+    """The database file cannot serve as the intent store; the message names it and the fix."""
 
 
 @dataclass(frozen=True)
@@ -242,26 +260,22 @@ class IntentStore:
             )
         if max_intents < 1:
             raise ValueError(f"max_intents must be at least 1, got {max_intents}")
-        self.max_intents = max_intents
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.max_intents = max_intents
         self._clock = clock or _now_ns
-        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute(f"PRAGMA synchronous={synchronous.upper()}")
-        self._db.execute("PRAGMA busy_timeout=5000")
-        self._db.executescript(SCHEMA)
         self._lock = threading.Lock()  # guards the mirror; held only for dict updates
         self._db_lock = threading.Lock()  # guards the connection (writer thread + meta reads)
         self._mirror: dict[str, StoredIntent] = {}
         self._content: dict[str, bytes] = {}
         self.version = 0
-        for seq, body, content in self._db.execute(
-            "SELECT seq, body, content FROM intents ORDER BY seq"
-        ):
-            intent = intent_pb2.ResourceIntent.FromString(body)
-            self._mirror[intent.id] = StoredIntent(seq, intent)
-            self._content[intent.id] = content
+        self.skipped_rows = 0
+        self._db = self._open(synchronous)
+        try:
+            self._load()
+        except sqlite3.DatabaseError as exc:
+            self._db.close()
+            raise StoreUnusable(_unreadable(self.path, exc)) from exc
         # seq is given explicitly (so one statement can insert many rows) and, as AUTOINCREMENT
         # would, never reuses the number of a deleted intent, across restarts too
         (highest,) = self._db.execute("SELECT coalesce(max(seq), 0) FROM intents").fetchone()
@@ -284,6 +298,77 @@ class IntentStore:
                 "synchronous": synchronous,
             },
         )
+
+    def _open(self, synchronous: str) -> sqlite3.Connection:
+        """Connect, check that the file is an intent store this process can write, and create
+        the schema only in a new or empty database."""
+        path = self.path
+        if path.exists() and path.stat().st_size == 0:
+            raise StoreUnusable(
+                f"{path} is 0 bytes: not an intent store, and it is left as it is. Move it aside "
+                "(a new store is then created) or restore the store from a backup"
+            )
+        db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+        try:
+            db.execute("PRAGMA busy_timeout=5000")
+            tables = {
+                name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type='table'")
+            }
+            if tables and "intents" not in tables:
+                raise StoreUnusable(
+                    f"{path} is an SQLite database but not an intent store (tables: "
+                    f"{', '.join(sorted(tables))}); it is left as it is. Point db_path at another "
+                    "file or move this one aside"
+                )
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute(f"PRAGMA synchronous={synchronous.upper()}")
+            db.executescript(SCHEMA)
+            # a read-only file opens fine and fails on the first write: find out now
+            db.execute("BEGIN IMMEDIATE")
+            db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('write-check', '')")
+            db.execute("ROLLBACK")
+        except StoreUnusable:
+            db.close()
+            raise
+        except sqlite3.OperationalError as exc:
+            db.close()
+            if "readonly" in str(exc) or "read-only" in str(exc):
+                raise StoreUnusable(
+                    f"{path} cannot be written by this process ({exc}). Make it (and its "
+                    "directory) writable by the allocator's user, or point db_path elsewhere"
+                ) from exc
+            raise StoreUnusable(_unreadable(path, exc)) from exc
+        except sqlite3.DatabaseError as exc:
+            db.close()
+            raise StoreUnusable(_unreadable(path, exc)) from exc
+        return db
+
+    def _load(self) -> None:
+        """Fill the mirror; a row that does not parse as its intent is skipped and reported."""
+        for seq, intent_id, body, content in self._db.execute(
+            "SELECT seq, id, body, content FROM intents ORDER BY seq"
+        ):
+            try:
+                intent = intent_pb2.ResourceIntent.FromString(body)
+                if intent.id != intent_id:
+                    raise ValueError(f"its body holds intent id {intent.id!r}")
+                if not isinstance(content, bytes):
+                    raise ValueError("its content key is not a blob")
+            except Exception as exc:
+                self.skipped_rows += 1
+                STORE_SKIPPED_ROWS.inc()
+                log.error(
+                    "intent row skipped: unreadable",
+                    extra={
+                        "path": str(self.path),
+                        "seq": seq,
+                        "intent_id": intent_id,
+                        "error": f"{type(exc).__name__}: {exc}",
+                    },
+                )
+                continue
+            self._mirror[intent.id] = StoredIntent(seq, intent)
+            self._content[intent.id] = content
 
     # --- reads (from the mirror) -------------------------------------------------------------
 
@@ -425,8 +510,9 @@ class IntentStore:
                     self._execute(statements)
             except Exception as exc:
                 log.exception("intent store commit failed", extra={"batch": len(batch)})
+                failure = Unavailable(f"intent store {self.path} could not commit: {exc}")
                 for op in batch:
-                    op.settle(exc, True)
+                    op.settle(failure, True)
                 return
         self._next_seq = changes.next_seq
         with self._lock:
@@ -459,6 +545,14 @@ class IntentStore:
             except sqlite3.Error:
                 pass
             raise
+
+
+def _unreadable(path: Path, exc: Exception) -> str:
+    return (
+        f"{path} is not a readable intent store ({exc}); it is left as it is. Restore it from a "
+        f"backup, or move it aside (a new store is then created; `sqlite3 {path} .recover` may "
+        "salvage its rows)"
+    )
 
 
 def _answer(batch: list[_Op]) -> None:

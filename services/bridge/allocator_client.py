@@ -110,7 +110,8 @@ class AllocatorClient:
         self.retry_s = retry_s
         self.template = template or UrgentIntentTemplate()
         self.node = node
-        self._channel = channel(address, token)
+        # after an outage the bridge must see the allocator back within a second or two
+        self._channel = channel(address, token, max_reconnect_backoff_s=1.0)
         self._stub = allocator_pb2_grpc.AllocatorServiceStub(self._channel)
 
     def submit_urgent(self, event_id: str, name: str, deadline_ms: float) -> AllocatorOutcome:

@@ -27,13 +27,14 @@ from services.bridge.allocator_client import AllocatorClient, UrgentIntentTempla
 from services.bridge.checkpoint import CheckpointStore
 from services.bridge.controller import RobotBridge
 from services.bridge.metrics import BridgeMetrics
-from services.bridge.ros2 import Ros2Adapter
+from services.bridge.ros2 import BridgeCommands, Ros2Adapter
 from services.bridge.statemachine import IllegalTransition
 from services.bridge.validation import parse_mission, parse_tick, parse_urgent
 from services.common.config import ServiceSettings, parse_service_args, resolve_path
 from services.common.errors import DomainError
 from services.common.http import (
     HttpError,
+    SecurityHeadersMiddleware,
     TokenMiddleware,
     error_response,
     healthz_route,
@@ -84,12 +85,6 @@ def create_app(settings: ServiceSettings, *, clock: Callable[[], float] = time.t
     safe_point_default = settings.get_int("safe_point_interval", 5)
     mission_count = 0
 
-    def submit_from_ros2(document: dict[str, Any]) -> None:
-        bridge.submit_urgent(parse_urgent(document), source="ros2")
-
-    ros2 = Ros2Adapter(settings.get_str("ros2", "auto"), submit_from_ros2)
-    bridge.subscribe(lambda t: ros2.publish(t, _step_view(bridge)))
-
     def state_view() -> dict[str, Any]:
         view = bridge.snapshot()
         mission = view["mission"] or {}
@@ -111,29 +106,52 @@ def create_app(settings: ServiceSettings, *, clock: Callable[[], float] = time.t
             "ros2": ros2.status(),
         }
 
-    async def mission(request: Request) -> JSONResponse:
+    # One body per request, whether it came over HTTP or as a ROS 2 service call.
+    def start_mission(body: dict[str, Any]) -> dict[str, Any]:
         nonlocal mission_count
-        if request.method == "DELETE":
-            ended = await run_in_threadpool(bridge.cancel_mission)
-            return JSONResponse({"cancelled": ended.id, **(await run_in_threadpool(state_view))})
-        body = await read_json_object(request, max_body)
         spec = parse_mission(
             body,
             default_safe_point_interval=safe_point_default,
             default_name=f"mission-{mission_count + 1}",
         )
-        started = await run_in_threadpool(bridge.start_mission, spec)
+        started = bridge.start_mission(spec)
         mission_count += 1
-        return JSONResponse(
-            {"mission_id": started.id, **(await run_in_threadpool(state_view))}, status_code=201
-        )
+        return {"mission_id": started.id, **state_view()}
+
+    def cancel_mission() -> dict[str, Any]:
+        return {"cancelled": bridge.cancel_mission().id, **state_view()}
+
+    def tick_once() -> dict[str, Any]:
+        bridge.tick()
+        return state_view()
+
+    def submit_urgent(body: dict[str, Any], source: str = "http") -> dict[str, Any]:
+        event = bridge.submit_urgent(parse_urgent(body), source=source)
+        return {"urgent_id": event.id, **state_view()}
+
+    ros2 = Ros2Adapter(
+        settings.get_str("ros2", "auto"),
+        BridgeCommands(
+            submit_urgent=lambda body: submit_urgent(body, "ros2"),
+            start_mission=lambda body: _reply(lambda: start_mission(body)),
+            cancel_mission=lambda: _reply(cancel_mission),
+            tick=lambda: _reply(tick_once),
+            state_view=state_view,
+        ),
+        discovery_range=settings.get_str("ros2_discovery_range", "LOCALHOST"),
+        mission_defaults={"safe_point_interval": safe_point_default},
+    )
+    bridge.subscribe(ros2.publish)
+
+    async def mission(request: Request) -> JSONResponse:
+        if request.method == "DELETE":
+            return JSONResponse(await run_in_threadpool(cancel_mission))
+        body = await read_json_object(request, max_body)
+        return JSONResponse(await run_in_threadpool(start_mission, body), status_code=201)
 
     async def urgent(request: Request) -> JSONResponse:
-        spec = parse_urgent(await read_json_object(request, max_body))
-        event = await run_in_threadpool(bridge.submit_urgent, spec)
-        return JSONResponse(
-            {"urgent_id": event.id, **(await run_in_threadpool(state_view))}, status_code=202
-        )
+        body = await read_json_object(request, max_body)
+        return JSONResponse(await run_in_threadpool(submit_urgent, body), status_code=202)
 
     async def tick(request: Request) -> JSONResponse:
         # an empty POST (curl -X POST, the dashboard's guided demo) is one tick
@@ -158,17 +176,32 @@ def create_app(settings: ServiceSettings, *, clock: Callable[[], float] = time.t
                 log.exception("background tick failed")
             await asyncio.sleep(max(0.0, period - (time.monotonic() - started)))
 
+    cleanup_s = settings.get_float("allocator_cleanup_ms", 500.0) / 1000.0
+
+    async def cleaner() -> None:
+        """URGENT intents left at the allocator by a failed delete go as soon as it answers
+        again, ticker or not (a manual-tick bridge may not tick for a long time)."""
+        while True:
+            await asyncio.sleep(cleanup_s)
+            if bridge.undeleted:
+                try:
+                    await run_in_threadpool(bridge.clean_up_leftovers)
+                except Exception:
+                    log.exception("left-over intent clean-up failed")
+
     @contextlib.asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
         restored = await run_in_threadpool(bridge.restore)
         if restored:
             log.info("checkpoint restored", extra={"state": bridge.machine.state.value})
         ros2.start()
-        task = asyncio.create_task(ticker()) if background else None
+        tasks = [asyncio.create_task(cleaner())]
+        if background:
+            tasks.append(asyncio.create_task(ticker()))
         try:
             yield
         finally:
-            if task is not None:
+            for task in tasks:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
@@ -185,7 +218,10 @@ def create_app(settings: ServiceSettings, *, clock: Callable[[], float] = time.t
             metrics_route(bridge.metrics.registry),
             healthz_route(),
         ],
-        middleware=[Middleware(TokenMiddleware, token=settings.api_token)],
+        middleware=[
+            Middleware(SecurityHeadersMiddleware),
+            Middleware(TokenMiddleware, token=settings.api_token),
+        ],
         exception_handlers={HttpError: _http_error, DomainError: _domain_error},  # type: ignore[dict-item]
         lifespan=lifespan,
     )
@@ -194,23 +230,28 @@ def create_app(settings: ServiceSettings, *, clock: Callable[[], float] = time.t
     return app
 
 
-def _step_view(bridge: RobotBridge) -> dict[str, Any]:
-    mission = bridge.mission
-    return {"step": mission.step, "steps": mission.spec.steps} if mission else {}
-
-
 async def _http_error(_request: Request, exc: HttpError) -> JSONResponse:
     return error_response(exc)
 
 
-async def _domain_error(_request: Request, exc: DomainError) -> JSONResponse:
+def _reply(action: Callable[[], dict[str, Any]]) -> tuple[bool, dict[str, Any]]:
+    """A ROS 2 Trigger answer: the HTTP route's document, or its error body."""
+    try:
+        return True, action()
+    except DomainError as exc:
+        return False, _as_http_error(exc).body()
+
+
+def _as_http_error(exc: DomainError) -> HttpError:
     if isinstance(exc, IllegalTransition):
-        return error_response(
-            HttpError(409, str(exc), state=exc.state.value, event=exc.event.value)
-        )
+        return HttpError(409, str(exc), state=exc.state.value, event=exc.event.value)
     field = exc.field
     message = str(exc).removeprefix(f"{field}: ") if field else str(exc)
-    return error_response(HttpError(exc.http_status, message, field=field))
+    return HttpError(exc.http_status, message, field=field)
+
+
+async def _domain_error(_request: Request, exc: DomainError) -> JSONResponse:
+    return error_response(_as_http_error(exc))
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -31,7 +31,6 @@ from services.bridge.checkpoint import CheckpointStore
 from services.bridge.metrics import BridgeMetrics
 from services.bridge.mission import Mission, UrgentEvent
 from services.bridge.statemachine import (
-    MISSION_ACTIVE,
     Event,
     IllegalTransition,
     State,
@@ -40,6 +39,7 @@ from services.bridge.statemachine import (
     legal_events,
 )
 from services.bridge.validation import MissionSpec, UrgentSpec
+from services.bridge.views import mission_view, transitions_view, urgent_view
 
 log = logging.getLogger(__name__)
 
@@ -319,18 +319,26 @@ class RobotBridge:
         self._save("urgent_done")
 
     def _retry_delete(self) -> None:
-        if self.allocator is None:
-            self.undeleted.clear()
-            return
-        event_id = self.undeleted[0]
-        outcome = self.allocator.delete_urgent(event_id)
-        self._note_allocator("delete", outcome)
-        if outcome.ok:
-            self.undeleted.pop(0)
-            log.info("left-over urgent intent deleted", extra={"intent_id": outcome.intent_id})
-            self._save("intent_deleted")
-        else:
+        if not self.clean_up_leftovers():
             self._next_delete_retry = self.clock() + DELETE_RETRY_S
+
+    def clean_up_leftovers(self) -> bool:
+        """Delete the URGENT intents a failed DeleteIntent left at the allocator, oldest first,
+        stopping at the first failure; True when none is left. The app calls this on its own
+        timer (not the control tick), so they go as soon as the allocator is back."""
+        with self._lock:
+            if self.allocator is None:
+                self.undeleted.clear()
+                return True
+            while self.undeleted:
+                outcome = self.allocator.delete_urgent(self.undeleted[0])
+                self._note_allocator("delete", outcome)
+                if not outcome.ok:
+                    return False
+                self.undeleted.pop(0)
+                log.info("left-over urgent intent deleted", extra={"intent_id": outcome.intent_id})
+                self._save("intent_deleted")
+            return True
 
     def _load_checkpoint(self) -> None:
         """Resume from what is on disk, not from memory: the same path a restarted bridge takes."""
@@ -447,6 +455,7 @@ class RobotBridge:
     def _note_allocator(self, operation: str, outcome: AllocatorOutcome) -> None:
         self.allocator_status["reachable"] = outcome.ok or not outcome.unreachable
         if outcome.ok:
+            self.allocator_status["last_error"] = ""  # an answer: the old failure is over
             return
         reason = "unreachable" if outcome.unreachable else "rejected"
         self.allocator_status["last_error"] = f"{operation}: {outcome.code} {outcome.error}".strip()
@@ -478,11 +487,11 @@ class RobotBridge:
                 "state": state.value,
                 "legal_events": [e.value for e in legal_events(state)],
                 "accepts_mission": self.machine.allows(Event.START_MISSION),
-                "mission": self._mission_view(),
+                "mission": mission_view(self.mission, state, self.clock()),
                 "urgent": {
-                    "active": self._urgent_view(self.active) if self.active else None,
-                    "queue": [self._urgent_view(e) for _, _, e in sorted(self.queue)],
-                    "recent": [self._urgent_view(e) for e in self.finished],
+                    "active": urgent_view(self.active) if self.active else None,
+                    "queue": [urgent_view(e) for _, _, e in sorted(self.queue)],
+                    "recent": [urgent_view(e) for e in self.finished],
                     "handled_locally": bool(self.active and not self.active.intent_submitted),
                 },
                 "preemption": {"reason": self.preemption_reason},
@@ -490,33 +499,5 @@ class RobotBridge:
                 "ticks": self.ticks,
                 "tick_ms": self.tick_s * 1000.0,
                 "checkpoint": {"path": str(self.store.path)},
-                "transitions": [
-                    {
-                        "from": t.source.value,
-                        "event": t.event.value,
-                        "to": t.target.value,
-                        "at": t.at,
-                    }
-                    for t in list(self.machine.history)[-16:]
-                ],
+                "transitions": transitions_view(self.machine.history),
             }
-
-    def _mission_view(self) -> dict[str, Any] | None:
-        mission = self.mission
-        if mission is None:
-            return None
-        view = mission.to_doc()
-        view["active"] = mission.live and self.machine.state in MISSION_ACTIVE | {
-            State.URGENT_TASK_RUNNING
-        }
-        view["progress"] = round(mission.step / mission.spec.steps, 4)
-        end = mission.ended_at if mission.ended_at is not None else self.clock()
-        view["elapsed_ms"] = round((end - mission.started_at) * 1000.0, 3)
-        return view
-
-    def _urgent_view(self, event: UrgentEvent) -> dict[str, Any]:
-        view = event.to_doc()
-        view["deadline_at"] = event.deadline_at
-        if event.finished_at is not None:
-            view["completion_ms"] = round((event.finished_at - event.arrived_at) * 1000.0, 3)
-        return view

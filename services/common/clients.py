@@ -44,9 +44,21 @@ class _Details(grpc.ClientCallDetails):
         self.compression = getattr(base, "compression", None)
 
 
-def channel(address: str, token: str | None = None) -> grpc.Channel:
-    """Insecure channel on loopback; the API token (arg or PARFUSION_API_TOKEN) rides every call."""
-    ch = grpc.insecure_channel(address, options=[("grpc.enable_retries", 0)])
+def channel(
+    address: str, token: str | None = None, *, max_reconnect_backoff_s: float | None = None
+) -> grpc.Channel:
+    """Insecure channel on loopback; the API token (arg or PARFUSION_API_TOKEN) rides every call.
+    ``max_reconnect_backoff_s`` caps gRPC's reconnect backoff (default up to 120 s) for a
+    client that must notice promptly that its peer is back."""
+    options: list[tuple[str, int]] = [("grpc.enable_retries", 0)]
+    if max_reconnect_backoff_s is not None:
+        backoff_ms = int(max_reconnect_backoff_s * 1000)
+        options += [
+            ("grpc.max_reconnect_backoff_ms", backoff_ms),
+            ("grpc.initial_reconnect_backoff_ms", min(1000, backoff_ms)),
+            ("grpc.min_reconnect_backoff_ms", min(1000, backoff_ms)),
+        ]
+    ch = grpc.insecure_channel(address, options=options)
     token = token if token is not None else os.environ.get("PARFUSION_API_TOKEN") or None
     return grpc.intercept_channel(ch, _TokenAuth(token)) if token else ch
 

@@ -1,8 +1,10 @@
 """The one server interceptor: API token check, domain-error mapping and RPC metrics.
 
-Mutating RPCs (by verb) need ``authorization: Bearer <token>`` (or ``x-api-token``) when
-PARFUSION_API_TOKEN is set. Domain errors become their status code; anything unexpected is
-logged and answered INTERNAL, never a hung call.
+Mutating RPCs (by verb, or by a request flag such as ``GetNodeTelemetry{drain_samples}``)
+need ``authorization: Bearer <token>`` (or ``x-api-token``) when PARFUSION_API_TOKEN is set.
+Request bytes that are not a valid message are INVALID_ARGUMENT (logged once per method, at
+INFO). Domain errors become their status code; anything unexpected is logged and answered
+INTERNAL, never a hung call.
 
 It runs on grpc.aio's loop (services/common/grpc_server.py). A servicer method written
 ``async def`` (or as an async generator) is awaited there; a plain method is called in the
@@ -13,7 +15,6 @@ thread. Either kind reports expected errors by raising DomainError.
 from __future__ import annotations
 
 import asyncio
-import hmac
 import inspect
 import logging
 import time
@@ -24,7 +25,8 @@ from typing import Any
 import grpc
 from prometheus_client import Counter, Histogram
 
-from services.common.errors import DomainError
+from services.common.errors import DomainError, InvalidArgument, Unauthenticated
+from services.common.tokens import bearer, token_matches
 
 log = logging.getLogger(__name__)
 
@@ -52,22 +54,66 @@ RPC_SECONDS = Histogram(
     buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10),
 )
 
+# Reads that mutate when a flag of the request is set: draining the node agent's latency samples
+# takes them away from the allocator's predictor.
+MUTATING_FLAGS = {"GetNodeTelemetry": "drain_samples"}
+
 
 def is_mutating(method: str) -> bool:
     return method.startswith(MUTATING_VERBS)
 
 
-def token_from_metadata(metadata: Any) -> str | None:
+def token_from_metadata(metadata: Any) -> str | bytes | None:
     for key, value in metadata or ():
-        if (
-            key == "authorization"
-            and isinstance(value, str)
-            and value.lower().startswith("bearer ")
-        ):
-            return value[7:].strip()
+        if key == "authorization" and isinstance(value, str) and bearer(value) is not None:
+            return bearer(value)
         if key == "x-api-token":
-            return str(value)
+            return value if isinstance(value, str | bytes) else None
     return None
+
+
+class Malformed:
+    """What the request deserializer yields for bytes that are not the method's message: the
+    wrapped method answers INVALID_ARGUMENT instead of grpc's UNKNOWN with a traceback."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+
+_malformed_logged: set[str] = set()
+
+
+def _tolerant(deserialize: Callable[[bytes], Any] | None) -> Callable[[bytes], Any] | None:
+    if deserialize is None:
+        return None
+
+    def decode(data: bytes) -> Any:
+        try:
+            return deserialize(data)
+        except Exception as exc:  # google.protobuf DecodeError, or anything a parser raises
+            return Malformed(exc)
+
+    return decode
+
+
+def _check_request(method: str, request: Any, context: Any, token: str | None) -> None:
+    """Raise the domain error a request earns before the method runs."""
+    if isinstance(request, Malformed):
+        if method not in _malformed_logged:  # once per method: a flood stays one line
+            _malformed_logged.add(method)
+            log.info(
+                "malformed request bytes", extra={"method": method, "error": str(request.error)}
+            )
+        raise InvalidArgument(f"{method}: request bytes are not a valid message: {request.error}")
+    flag = MUTATING_FLAGS.get(method)
+    if token and flag and getattr(request, flag, False):
+        given = token_from_metadata(context.invocation_metadata())
+        if not token_matches(given, token):
+            raise Unauthenticated(
+                f"{method} with {flag} needs a valid API token (authorization: Bearer ...)"
+            )
 
 
 def _split(full_method: str) -> tuple[str, str]:
@@ -163,7 +209,7 @@ class ServiceInterceptor(grpc.aio.ServerInterceptor):
         wrapped, method = known
         if self._token and is_mutating(method):
             given = token_from_metadata(details.invocation_metadata)
-            if given is None or not hmac.compare_digest(given, self._token):
+            if not token_matches(given, self._token):
                 return _deny(
                     wrapped, f"{method} needs a valid API token (authorization: Bearer ...)"
                 )
@@ -173,15 +219,15 @@ class ServiceInterceptor(grpc.aio.ServerInterceptor):
         if handler.unary_unary:
             return grpc.unary_unary_rpc_method_handler(
                 self._wrap_unary(handler.unary_unary, service, method),
-                request_deserializer=handler.request_deserializer,
+                request_deserializer=_tolerant(handler.request_deserializer),
                 response_serializer=handler.response_serializer,
             )
         if handler.unary_stream:
             if not inspect.isasyncgenfunction(handler.unary_stream):
                 raise TypeError(f"{method}: a streaming method must be an async generator")
             return grpc.unary_stream_rpc_method_handler(
-                _wrap_stream(handler.unary_stream, service, method),
-                request_deserializer=handler.request_deserializer,
+                _wrap_stream(handler.unary_stream, service, method, self._token),
+                request_deserializer=_tolerant(handler.request_deserializer),
                 response_serializer=handler.response_serializer,
             )
         return handler
@@ -197,16 +243,22 @@ class ServiceInterceptor(grpc.aio.ServerInterceptor):
                     pool, fn, request, _THREAD_CONTEXT
                 )
 
+        token = self._token
+
         async def call(request: Any, context: grpc.aio.ServicerContext) -> Any:
             async with _Outcome(service, method, context):
+                _check_request(method, request, context, token)
                 return await run(request, context)
 
         return call
 
 
-def _wrap_stream(fn: Callable[..., AsyncIterator[Any]], service: str, method: str) -> Any:
+def _wrap_stream(
+    fn: Callable[..., AsyncIterator[Any]], service: str, method: str, token: str | None
+) -> Any:
     async def call(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
         async with _Outcome(service, method, context):
+            _check_request(method, request, context, token)
             async for reply in fn(request, context):
                 yield reply
 

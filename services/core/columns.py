@@ -180,7 +180,7 @@ def base_columns(columns: SpecColumns, capacity: int) -> BaseColumns:
     mn = np.maximum(mn, 1)
     cap = np.where(mx > 0, np.minimum(mx, capacity), capacity)
     mn = np.minimum(mn, np.maximum(cap, 1))
-    weight = priority_weight(prio)
+    weight = np.asarray(priority_weight(prio))
     derived = BaseColumns(
         source=columns,
         capacity=capacity,

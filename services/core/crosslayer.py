@@ -1,6 +1,6 @@
-"""Cross-layer knobs: turns a unit allocation (outcome.UnitPlan) into the tick's Decisions.
+"""The cross-layer step, the shared second half of every policy: a UnitPlan -> Decisions.
 
-Every policy ends here. With cross-layer control on, deadline work gets its own CPU cores first,
+With cross-layer control on, deadline work gets its own CPU cores first,
 nice 0 and a high cgroup weight, batch the shared rest, nice 10..19 and SCHED_BATCH (SCHED_IDLE
 while deadline work is at risk); light deadline work runs on the shared cores at nice 0; and
 preemptible batch fills the shared cores with idle-time workers under SCHED_IDLE, which the
@@ -18,11 +18,9 @@ from typing import Any
 
 import numpy as np
 
-from services.common.latency import format_ms
 from services.core.cpuset import format_cpuset
-from services.core.deadline import offered_load
-from services.core.formulas import LATENCY_CEILING_MS, cpu_pressure
-from services.core.memo import Column, LastDecisions, LastReasons, TickMemo, changed_from
+from services.core.formulas import cpu_pressure
+from services.core.memo import Column, LastDecisions, TickMemo, changed_from
 from services.core.model import (
     DEGRADATION_ORDER,
     Decision,
@@ -32,24 +30,12 @@ from services.core.model import (
 )
 from services.core.outcome import (
     ADMITTED,
-    BATCH_ADMITTED,
-    FIXED,
-    HELD_DEGRADED,
-    IDLE_TIME,
-    MET,
-    MET_DEGRADED,
-    MET_WITH_LEFTOVER,
-    NOT_ADMITTED,
-    NOTHING_YIELDS,
-    POLICY_UNITS,
-    REASON_CODES,
-    SHARED,
     SHORT,
     STATE_NAMES,
     UNREACHABLE,
-    WAS_PREEMPTED,
     UnitPlan,
 )
+from services.core.reasons import reasons
 from services.core.table import IntentTable
 from services.core.waterfill import select_increments
 
@@ -67,11 +53,14 @@ class Knobs:
 
 
 def _clip(a: np.ndarray, lo: float, hi: float) -> np.ndarray:
-    """np.clip's result without its per-call overhead (a few microseconds at 100 rows)."""
-    return np.minimum(np.maximum(a, lo), hi)
+    """np.clip's result without its per-call overhead."""
+    out: np.ndarray = np.minimum(np.maximum(a, lo), hi)
+    return out
 
 
-def cpu_sets(table: IntentTable, plan: UnitPlan, cpu_ids: tuple[int, ...], capacity: int):
+def cpu_sets(
+    table: IntentTable, plan: UnitPlan, cpu_ids: tuple[int, ...], capacity: int
+) -> tuple[list[tuple[int, ...]], np.ndarray]:
     """CPU sets per intent and whether each one has its cores to itself (but for idle time).
 
     Deadline work gets exclusive cores sized by its share of the units, least slack first (then
@@ -138,8 +127,12 @@ def idle_workers(
 
 
 def gpu_shares(
-    table: IntentTable, plan: UnitPlan, lanes: tuple[LaneCapacity, ...], rank, running=None
-):
+    table: IntentTable,
+    plan: UnitPlan,
+    lanes: tuple[LaneCapacity, ...],
+    rank: np.ndarray,
+    running: np.ndarray | None = None,
+) -> tuple[list[str], np.ndarray, list[str]]:
     """Lane and share units per intent: deadline work takes its requested share first (least
     slack first; an equal split of the lane when it asked none), then batch shares the rest by
     weighted log utility (gain w/(k+1) per unit), water-filled like the units, each capped at its
@@ -203,124 +196,6 @@ def gpu_shares(
     return lane_of, share, note
 
 
-# per reason code: the %-template and the names of its arguments, looked up per tick in
-# ``reasons``: a column (gathered at the group's rows; "level" by the names of its codes) or a
-# constant ("policy", "light")
-_TEMPLATES = {
-    MET: ("deadline phase: %d units meet %g ms (pred p99 %.1f ms)", ("need", "deadline", "p99")),
-    MET_WITH_LEFTOVER: ("deadline phase: %d units meet %g ms (pred p99 %.1f ms); +%d of the leftover units",
-         ("need", "deadline", "p99", "leftover")),
-    MET_DEGRADED: ("degraded to %s: %g ms unreachable at %d units at NORMAL; "
-                   "%d units meet it at %s (pred p99 %.1f ms)",
-                   ("level", "deadline", "cap", "units", "level", "p99")),
-    HELD_DEGRADED: ("holding %s: a lighter level would meet %g ms, but not yet with "
-                    "margin for long enough; %d units (pred p99 %.1f ms)",
-                    ("level", "deadline", "units", "p99")),
-    UNREACHABLE: ("at risk: %g ms unreachable even at %d units (%s); running %d units "
-                  "(pred p99 %.1f ms)", ("deadline", "cap", "level", "units", "p99")),
-    SHORT: ("at risk: needs %d units for %g ms, %d free; running %d",
-            ("need", "deadline", "free", "units")),
-    NOT_ADMITTED: ("not admitted: needs %d units, %d free", ("min_units", "free")),
-    NOTHING_YIELDS: ("throttled: needs %d units for %g ms, %d free, and nothing can yield "
-                     "(no preemptible work, no elastic ONLINE/ROBOT work above its minimum; "
-                     "idle-time batch holds none); running %d", ("need", "deadline", "free", "units")),
-    FIXED: ("%s: holds %d units from its first allocation", ("policy", "units")),
-    IDLE_TIME: ("%s: idle-time batch, holds no units", ("policy",)),
-    SHARED: ("light: offered load %.3g cores <= %g; runs %d on shared cores, holds no units "
-             "(pred p99 %.1f ms for %g ms)", ("load", "light", "units", "p99", "deadline")),
-    POLICY_UNITS: ("%s: %d units (pred p99 %.1f ms for %g ms)", ("policy", "units", "p99", "deadline")),
-    BATCH_ADMITTED: ("%s: %d units (next-unit nmu %.3g)", ("policy", "units", "nmu")),
-}  # fmt: skip
-# an unbounded p99 as the templates (%.1f) write it, and as every view writes it
-_UNBOUNDED_P99 = (
-    f"pred p99 {LATENCY_CEILING_MS:.1f} ms",
-    f"pred p99 {format_ms(LATENCY_CEILING_MS)}",
-)
-
-
-def reasons(
-    table: IntentTable,
-    plan: UnitPlan,
-    policy: str,
-    light_load_cores: float,
-    memo: TickMemo | None = None,
-) -> list[str]:
-    """One human-readable reason per intent, from the outcome code and the numbers behind it.
-
-    Built one outcome group at a time (the groups are slices of one stable sort by code), each
-    group's strings by one %-template mapped over its columns (C-level formatting), scattered
-    back by index. With `memo`, a row whose code and template columns all equal last tick's
-    for the same intent (matched by id, so intents added or dropped since do not disturb the
-    others) keeps last tick's text and only the other rows are formatted: at 10,000 intents
-    the formatting is a visible part of the tick.
-    """
-    n = table.n
-    units, need = plan.units, plan.need
-    lost = plan.preempted_units
-    outcome = np.where(lost > 0, WAS_PREEMPTED, plan.outcome)
-    outcome[(outcome == BATCH_ADMITTED) & (units == 0)] = NOT_ADMITTED
-    outcome[(outcome == IDLE_TIME) & (units > 0)] = BATCH_ADMITTED
-    outcome[(outcome == BATCH_ADMITTED) & table.has_deadline] = POLICY_UNITS
-    outcome[(outcome == MET) & (units > need)] = MET_WITH_LEFTOVER
-    # every column a template may read: what a row's text depends on, with its code
-    columns = {
-        "code": outcome, "units": units, "need": need, "leftover": units - need,
-        "level": plan.level, "p99": plan.predicted_p99_ms, "deadline": table.deadline,
-        "cap": table.cap, "free": plan.free_at_ask, "min_units": table.min_units,
-        "nmu": plan.nmu, "load": offered_load(table),
-    }  # fmt: skip
-    constants = {"policy": policy, "light": light_load_cores}
-    last = memo.reasons if memo is not None else None
-    kept = last.kept(table.ids, columns, constants) if last is not None else None
-    if kept is None:
-        texts = np.empty(n, dtype=object)
-        rows = np.arange(n)
-    else:
-        changed, texts = kept
-        # preempted rows name their preemptor (a spec name): always formatted again
-        rows = (changed | (outcome == WAS_PREEMPTED)).nonzero()[0]
-    if rows.size:  # none in a tick where every text is kept
-        shifted = outcome[rows] - REASON_CODES.start
-        counts = np.bincount(shifted, minlength=len(REASON_CODES)).tolist()
-        by_code = rows[np.argsort(shifted, kind="stable")]  # each group's rows in ascending order
-        at = 0
-        for code, count in zip(REASON_CODES, counts, strict=True):
-            if not count:
-                continue
-            idx = by_code[at : at + count]
-            at += count
-            if code == WAS_PREEMPTED:
-                spec_names = [sp.name for sp in table.specs]
-                texts[idx] = [
-                    f"preempted: {gone} units taken by urgent {spec_names[by] if by >= 0 else 'work'}"
-                    + (f"; running {left} (its minimum)" if left else "")
-                    for gone, by, left in zip(
-                        lost[idx].tolist(),
-                        plan.preempted_by[idx].tolist(),
-                        units[idx].tolist(),
-                        strict=True,
-                    )
-                ]
-                continue
-            template, names = _TEMPLATES[code]
-            args = []
-            for name in names:
-                if name in constants:
-                    args.append([constants[name]] * count)
-                elif name == "level":
-                    args.append(_LEVEL_NAMES[plan.level[idx]].tolist())
-                else:
-                    args.append(columns[name][idx].tolist())
-            texts[idx] = list(map(template.__mod__, zip(*args, strict=True)))
-        # "never" reads as infinity, as in every view, not as the sentinel's digits
-        for i in rows[plan.predicted_p99_ms[rows] >= LATENCY_CEILING_MS].tolist():
-            texts[i] = texts[i].replace(*_UNBOUNDED_P99)
-    if memo is not None:
-        texts.flags.writeable = False  # kept for the next tick, which copies it
-        memo.reasons = LastReasons(columns, texts, constants, table.ids)
-    return texts.tolist()
-
-
 _DECISION_FIELDS = Decision.__struct_fields__
 
 
@@ -335,13 +210,16 @@ def _as_list(column: Column) -> Sequence[Any]:
     return column.tolist() if isinstance(column, np.ndarray) else column
 
 
-def _rows_of(column: Column, rows: np.ndarray) -> list:
+def _rows_of(column: Column, rows: np.ndarray) -> list[Any]:
     if isinstance(column, np.ndarray):
-        return column[rows].tolist()
+        values: list[Any] = column[rows].tolist()
+        return values
     return [column[i] for i in rows.tolist()]
 
 
-def reuse_or_build(n: int, memo: TickMemo | None, level: np.ndarray, **columns: Column):
+def reuse_or_build(
+    n: int, memo: TickMemo | None, level: np.ndarray, **columns: Column
+) -> tuple[Decision, ...]:
     """The tick's Decisions: a row whose fields all equal those of the Decision this policy
     built last tick for the same intent (matched by id) keeps that Decision object, and only
     the other rows are built (an equal result, without 23 field writes per unchanged intent).

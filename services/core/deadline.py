@@ -70,7 +70,8 @@ def units_to_meet(
 
 def offered_load(table: IntentTable) -> np.ndarray:
     """Cores' worth of work each intent brings: arrival rate x mean service at one unit."""
-    return table.arrival * table.mean1 * table.inflation / 1000.0
+    load: np.ndarray = table.arrival * table.mean1 * table.inflation / 1000.0
+    return load
 
 
 def light_work(table: IntentTable, config: DmugConfig, load: np.ndarray) -> np.ndarray:
@@ -87,7 +88,9 @@ def light_work(table: IntentTable, config: DmugConfig, load: np.ndarray) -> np.n
     return candidate
 
 
-def walk_ladder(table: IntentTable, dl: np.ndarray, degrade: bool):
+def walk_ladder(
+    table: IntentTable, dl: np.ndarray, degrade: bool
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Units each deadline row dl needs at NORMAL and, for ONLINE work that misses even at its
     cap, down its degradation ladder (FP16, then INT8) until a level meets; the deepest allowed
     level tried is kept when none does (best effort). Returns (need, meets, level) per row.
@@ -119,7 +122,16 @@ def walk_ladder(table: IntentTable, dl: np.ndarray, degrade: bool):
     return p_need, meets, lvl
 
 
-def hold_levels(table, dl, lvl, p_need, meets, code, tick: int, config: DmugConfig) -> None:
+def hold_levels(
+    table: IntentTable,
+    dl: np.ndarray,
+    lvl: np.ndarray,
+    p_need: np.ndarray,
+    meets: np.ndarray,
+    code: np.ndarray,
+    tick: int,
+    config: DmugConfig,
+) -> None:
     """Hysteresis on the degradation level (in place, over the deadline rows dl).
 
     A deeper level than last tick's is taken at once (the deadline is at risk). A lighter one is
@@ -159,7 +171,16 @@ def hold_levels(table, dl, lvl, p_need, meets, code, tick: int, config: DmugConf
 
 
 def deadline_first_fit(
-    table, preempt: bool, order, units, need, free, outcome, preempted, preempted_by, free_at_ask
+    table: IntentTable,
+    preempt: bool,
+    order: np.ndarray,
+    units: np.ndarray,
+    need: np.ndarray,
+    free: int,
+    outcome: np.ndarray,
+    preempted: np.ndarray,
+    preempted_by: np.ndarray,
+    free_at_ask: np.ndarray,
 ) -> int:
     """The scarce deadline phase: in order, grant what fits; URGENT takes units; the rest is short.
 

@@ -1,27 +1,10 @@
-"""D-MUG (Deadline-aware Marginal-Utility Greedy): the unit allocation at the heart of every tick.
+"""D-MUG (Deadline-aware Marginal-Utility Greedy): one tick's unit allocation, ``plan_units``.
 
-The node loop, the extender's node scoring, what-if previews and the experiments all call this one
-pure core: plain data in (PlanInput), numpy arrays out (UnitPlan), no I/O, no clock, no globals.
-The formulas (services/core/formulas.py) are written once and used by every phase, by
-the reference policies (``assess``) and by placement scoring. docs/algorithm.md derives each formula and maps it to its code.
-
-Phases of one tick (``plan_units``):
-0. incumbents keep a floor (elastic: their minimum; non-elastic: their previous units);
-   light deadline work (offered load <= config.light_load_cores, deadline met at its minimum)
-   holds no units: its workers share the cores, and the node reserves its summed load, rounded;
-   preemptible elastic batch holds no units either where the OS knobs can run it in idle time
-   (DmugOptions.idle_batch and a node with CPU ids): the cross-layer step gives it SCHED_IDLE
-   workers on the cycles deadline work leaves, so every unit can go to deadline work;
-1. deadline phase (deadline.py): least-slack-first, the fewest units whose predicted p99 meets
-   the deadline; URGENT preempts preemptible intents; ONLINE walks its degradation ladder when
-   even its maximum misses; what still misses is at risk;
-2. admission of the remaining (batch) intents at their minimum;
-3. marginal-utility phase (marginal.py): leftover units to the largest NMU by water-filling,
-   equal to the heap greedy increment for increment.
-
-Outcome and state codes and the UnitPlan are in outcome.py; ``assess`` judges any allocation,
-D-MUG's or a reference policy's, by the same formulas. Tests on masks use ``np.count_nonzero``
-(cheaper per call than ``.any()`` on short columns; docs/performance.md).
+Phase 0 keeps incumbents' floors (light deadline work and idle-time batch hold no units);
+phase 1 (deadline.py) gives deadline work, least slack first, the fewest units that meet its
+deadline (URGENT preempts, ONLINE degrades); phase 2 admits batch at its minimum; phase 3
+(marginal.py) hands out what is left by marginal utility. ``assess`` judges any allocation,
+D-MUG's or a reference policy's, by the same formulas. docs/algorithm.md derives each step.
 """
 
 from __future__ import annotations
@@ -41,7 +24,7 @@ from services.core.deadline import (
 from services.core.formulas import slack_ms
 from services.core.marginal import MarginalPhase, gains_at, marginal_phase_fast
 from services.core.memo import TickMemo
-from services.core.model import DmugConfig, PlanInput
+from services.core.model import DmugConfig, NodeState, PlanInput
 from services.core.outcome import (
     ADMITTED,
     BATCH_ADMITTED,
@@ -109,12 +92,13 @@ def floors(table: IntentTable, options: DmugOptions, capacity: int, skip: np.nda
     return floor
 
 
-def idle_time_batch(table: IntentTable, options: DmugOptions, node) -> np.ndarray:
+def idle_time_batch(table: IntentTable, options: DmugOptions, node: NodeState) -> np.ndarray:
     """Batch that runs in idle time instead of holding units: preemptible, elastic, and a node
     whose CPUs the cross-layer step can name (SCHED_IDLE workers need a place to run)."""
     if not (options.idle_batch and options.elastic and node.cpu_ids):
         return np.zeros(table.n, dtype=bool)
-    return ~table.has_deadline & table.preemptible & table.elastic
+    idle: np.ndarray = ~table.has_deadline & table.preemptible & table.elastic
+    return idle
 
 
 def plan_units(
@@ -153,7 +137,7 @@ def plan_units(
         level[dl] = lvl
         need[dl] = p_need
         outcome[dl] = code
-        slack_best = slack_ms(table.deadline[dl], table.latency(dl, cap[dl], lvl))
+        slack_best = np.asarray(slack_ms(table.deadline[dl], table.latency(dl, cap[dl], lvl)))
         keys: tuple[np.ndarray, ...]
         if options.order == "edf":
             keys = (table.seq[dl], -table.weight[dl], table.deadline[dl])
@@ -306,7 +290,15 @@ def assess(
     )
 
 
-def _leftovers_in_order(table, order, rank, running, units, cap, free) -> int:
+def _leftovers_in_order(
+    table: IntentTable,
+    order: np.ndarray,
+    rank: np.ndarray,
+    running: np.ndarray,
+    units: np.ndarray,
+    cap: np.ndarray,
+    free: int,
+) -> int:
     """edf-only: leftover units go in deadline order, then batch by rank, each up to its cap."""
     in_order = set(order.tolist())
     batch = sorted(

@@ -8,6 +8,8 @@ greedy exactly; tests/core/test_formulas.py checks it). docs/algorithm.md derive
 
 from __future__ import annotations
 
+from typing import TypeAlias
+
 import numpy as np
 
 from services.common.latency import UNBOUNDED_MS
@@ -18,13 +20,17 @@ MAX_UTILISATION = 0.999  # queueing model cut-off: above it the queue does not d
 DEFAULT_REL_SPREAD = 0.25  # spread of the p99 estimate with no observations (relative)
 MIN_REL_SPREAD = 0.05
 
+Values: TypeAlias = "float | np.ndarray"  # one value, or one per row (results broadcast)
 
-def amdahl_speedup(f, p):
+
+def amdahl_speedup(f: Values, p: Values) -> Values:
     """S(p) = 1 / ((1 - f) + f / p), p >= 1."""
     return 1.0 / ((1.0 - f) + f / p)
 
 
-def predicted_latency_ms(tail1_ms, mean1_ms, f, p, arrival_per_s, factor):
+def predicted_latency_ms(
+    tail1_ms: Values, mean1_ms: Values, f: Values, p: Values, arrival_per_s: Values, factor: Values
+) -> np.ndarray:
     """Predicted tail latency at p units: L(p) = T1*m / S(p) / (1 - rho), rho = lambda*M1*m/S(p).
 
     T1/M1 are the tail and mean service time at one unit, m the latency factor (degradation level
@@ -39,12 +45,12 @@ def predicted_latency_ms(tail1_ms, mean1_ms, f, p, arrival_per_s, factor):
     return np.where(ok, service / (1.0 - np.minimum(rho, MAX_UTILISATION)), LATENCY_CEILING_MS)
 
 
-def slack_ms(deadline_ms, latency_ms):
+def slack_ms(deadline_ms: Values, latency_ms: Values) -> Values:
     """Slack D - L(p): positive when the predicted tail meets the deadline."""
     return deadline_ms - latency_ms
 
 
-def deadline_risk(slack, latency_ms, rel_spread):
+def deadline_risk(slack: Values, latency_ms: Values, rel_spread: Values) -> np.ndarray:
     """Probability-like risk that the target percentile misses the deadline.
 
     z = slack / (rel_spread * L) measures the slack in units of the predictor's spread;
@@ -56,24 +62,28 @@ def deadline_risk(slack, latency_ms, rel_spread):
     return 0.5 * (1.0 - z / (1.0 + np.abs(z)))
 
 
-def priority_weight(priority):
+def priority_weight(priority: Values) -> Values:
     """w = (priority + 1) / 1001 in (0, 1]: even priority 0 values its units a little."""
     return (priority + 1.0) / 1001.0
 
 
-def batch_gain(weight, speedup_p, speedup_next, speedup_cap):
+def batch_gain(
+    weight: Values, speedup_p: Values, speedup_next: Values, speedup_cap: Values
+) -> Values:
     """Batch NMU of unit p+1: w * (S(p+1) - S(p)) / S(cap), weighted normalised throughput."""
     return weight * (speedup_next - speedup_p) / speedup_cap
 
 
-def combined_cpu_pressure(contention, cpu_disturbance):
+def combined_cpu_pressure(contention: Values, cpu_disturbance: Values) -> np.ndarray:
     """Combined CPU pressure: 1 - (1 - contention)(1 - disturbance.cpu), each clipped to [0, 1]."""
     c = np.minimum(np.maximum(contention, 0.0), 1.0)
     d = np.minimum(np.maximum(cpu_disturbance, 0.0), 1.0)
     return 1.0 - (1.0 - c) * (1.0 - d)
 
 
-def pressure_inflation(cpu, gpu, network, gain, uses_gpu, network_bound):
+def pressure_inflation(
+    cpu: Values, gpu: Values, network: Values, gain: float, uses_gpu: Values, network_bound: Values
+) -> np.ndarray:
     """Pressure inflation m = (1 + g*cpu) (1 + g*gpu*[uses GPU]) (1 + g*net*[ONLINE/ROBOT])."""
     gpu = np.minimum(np.maximum(gpu, 0.0), 1.0)
     network = np.minimum(np.maximum(network, 0.0), 1.0)
@@ -86,7 +96,9 @@ def cpu_pressure(node: NodeState) -> float:
     return float(combined_cpu_pressure(node.contention, node.disturbance.cpu))
 
 
-def latency_inflation(node: NodeState, gain: float, uses_gpu, network_bound):
+def latency_inflation(
+    node: NodeState, gain: float, uses_gpu: Values, network_bound: Values
+) -> np.ndarray:
     """pressure_inflation for one node's measured contention and disturbance."""
     d = node.disturbance
     return pressure_inflation(cpu_pressure(node), d.gpu, d.network, gain, uses_gpu, network_bound)
@@ -110,16 +122,16 @@ def observation_factor(
 
 
 def service_at_one_unit(
-    count,
-    mean_ms,
-    p95_ms,
-    p99_ms,
-    observed_units,
-    base_service_ms,
-    f,
-    target_percentile,
-    correction=1.0,
-):
+    count: Values,
+    mean_ms: Values,
+    p95_ms: Values,
+    p99_ms: Values,
+    observed_units: Values,
+    base_service_ms: Values,
+    f: Values,
+    target_percentile: Values,
+    correction: Values = 1.0,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(tail T1, mean M1, relative spread) at one unit, from the predictor's statistics (one
     value or one per intent: count, mean, p95, p99, observed units, latency correction) or
     base_service_ms where count is 0.

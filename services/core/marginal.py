@@ -22,7 +22,9 @@ WHOLE_ROWS_CELLS = 1 << 18  # rows x increments evaluated in one block at most
 DWELL_BONUS = 1e6  # marginal utility added to units held during the dwell window
 
 
-def marginal_gains(table: IntentTable, rows: np.ndarray, start: np.ndarray, level: np.ndarray, kk):
+def marginal_gains(
+    table: IntentTable, rows: np.ndarray, start: np.ndarray, level: np.ndarray, kk: np.ndarray
+) -> np.ndarray:
     """NMU of unit start+k+1 for each row and offset k in kk ((len(rows), width), or (1, width)
     / (width,) for the same offsets in every row; consecutive offsets per row).
 
@@ -46,7 +48,7 @@ def gains_at(r: Rows, p: np.ndarray, p_ext: np.ndarray, risk: np.ndarray | None)
     if risk is not None:
         deadline_gain = r.weight * (risk[:, :-1] - risk[:, 1:])
     if np.count_nonzero(dl) < dl.size:
-        speed = amdahl_speedup(r.f, np.maximum(p_ext, 1))
+        speed = np.asarray(amdahl_speedup(r.f, np.maximum(p_ext, 1)))
         cap = np.maximum(r.cap, 1)
         throughput = batch_gain(r.weight, speed[:, :-1], speed[:, 1:], amdahl_speedup(r.f, cap))
     if deadline_gain is None:
@@ -59,7 +61,15 @@ def gains_at(r: Rows, p: np.ndarray, p_ext: np.ndarray, risk: np.ndarray | None)
     return np.where(p < r.cap, gains, -np.inf)
 
 
-def with_hysteresis(table, rows, start, kk, gains, tick: int, config: DmugConfig):
+def with_hysteresis(
+    table: IntentTable,
+    rows: np.ndarray,
+    start: np.ndarray,
+    kk: np.ndarray,
+    gains: np.ndarray,
+    tick: int,
+    config: DmugConfig,
+) -> np.ndarray:
     """Units an incumbent already holds are worth (1 + min_gain) more, and during the dwell window
     (fewer than dwell ticks since its units last changed) they come first. Both boost a prefix of
     each row, so non-increasing rows stay non-increasing."""
@@ -90,17 +100,27 @@ class MarginalPhase:
     late: np.ndarray | None = None  # per row: short of its deadline (None: from the latency)
 
     def room(self, table: IntentTable) -> np.ndarray:
-        return np.maximum(table.cap[self.rows] - self.start, 0)
+        room: np.ndarray = np.maximum(table.cap[self.rows] - self.start, 0)
+        return room
 
     def shaped(self, table: IntentTable, sel: np.ndarray) -> np.ndarray:
         """Rows whose risk curve is still S-shaped: deadline work late at its current units."""
         rows = self.rows[sel]
         if self.late is not None:
-            return table.has_deadline[rows] & self.late[sel]
-        late = table.latency(rows, self.start[sel], self.level[sel]) > table.deadline[rows]
-        return table.has_deadline[rows] & late
+            late: np.ndarray = self.late[sel]
+        else:
+            late = table.latency(rows, self.start[sel], self.level[sel]) > table.deadline[rows]
+        shaped: np.ndarray = table.has_deadline[rows] & late
+        return shaped
 
-    def finish(self, table, sel, kk, g, carry: np.ndarray | None):
+    def finish(
+        self,
+        table: IntentTable,
+        sel: np.ndarray,
+        kk: np.ndarray,
+        g: np.ndarray,
+        carry: np.ndarray | None,
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Running minimum (continuing `carry` from an earlier block; None: the first block),
         then hysteresis; returns the gains and each row's last running-minimum value."""
         g = np.minimum.accumulate(g, axis=1)
@@ -113,7 +133,9 @@ class MarginalPhase:
             )
         return g, last
 
-    def block(self, table: IntentTable, sel: np.ndarray, kk: np.ndarray, carry: np.ndarray):
+    def block(
+        self, table: IntentTable, sel: np.ndarray, kk: np.ndarray, carry: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Gains of rows sel at offsets kk (len(sel), width) continuing a running minimum `carry`."""
         g = marginal_gains(table, self.rows[sel], self.start[sel], self.level[sel], kk)
         return self.finish(table, sel, kk, g, carry)

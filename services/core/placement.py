@@ -3,8 +3,8 @@
 For one pod's intent and each candidate node: would it fit, with how many units, at what
 predicted slack, deadline risk and NMU, and a 0..10 score (kube-scheduler's MaxExtenderPriority).
 The answer comes from D-MUG's own formulas (units_to_meet, IntentTable.latency/risk,
-marginal_gains), evaluated once across all nodes with numpy, so 5,000 nodes cost about as much as
-a handful. ``score_placement`` is the single-node form: it first asks D-MUG how many units the
+marginal_gains), evaluated once across all nodes with numpy, so thousands of nodes cost about
+as much as a handful. ``score_placement`` is the single-node form: it first asks D-MUG how many units the
 node's resident intents are committed to, then scores the remaining view exactly as the batch form.
 """
 
@@ -71,7 +71,12 @@ class NodeScores:
 FITS, NO_LANE, NO_UNITS, UNREACHABLE, SHORT_FOR_DEADLINE, RISKY = range(6)
 
 
-def committed_units(node: NodeState, resident: Sequence[IntentSpec], stats, config) -> int:
+def committed_units(
+    node: NodeState,
+    resident: Sequence[IntentSpec],
+    stats: Mapping[str, ServiceStats] | None,
+    config: DmugConfig,
+) -> int:
     """Units the node's resident intents hold after D-MUG's deadline and admission phases (what
     the marginal-utility phase hands out on top can be reclaimed, so it does not count)."""
     if not resident:
@@ -82,7 +87,12 @@ def committed_units(node: NodeState, resident: Sequence[IntentSpec], stats, conf
     return int(np.minimum(base, plan.units)[plan.units > 0].sum())
 
 
-def view_of(node: NodeState, resident: Sequence[IntentSpec], stats=None, config=None) -> NodeView:
+def view_of(
+    node: NodeState,
+    resident: Sequence[IntentSpec],
+    stats: Mapping[str, ServiceStats] | None = None,
+    config: DmugConfig | None = None,
+) -> NodeView:
     config = config or DmugConfig()
     used = committed_units(node, resident, stats, config)
     return NodeView(
@@ -213,7 +223,9 @@ def score_nodes_arrays(
     if intent.has_deadline:
         quality = np.clip(1.0 - 2.0 * risk, 0.0, 1.0)
     else:
-        quality = amdahl_speedup(table.f, np.maximum(running, 1)) / amdahl_speedup(table.f, total)
+        quality = np.asarray(
+            amdahl_speedup(table.f, np.maximum(running, 1)) / amdahl_speedup(table.f, total)
+        )
     headroom = np.clip((free - running) / np.maximum(cols["total_units"], 1), 0.0, 1.0)
     raw = MAX_SCORE * ((1.0 - HEADROOM_WEIGHT) * quality + HEADROOM_WEIGHT * headroom)
     score = np.where(fits, np.clip(np.rint(raw), 1, MAX_SCORE), 0).astype(np.int64)

@@ -18,6 +18,7 @@ import numpy as np
 
 from services.core.columns import base_columns, read_spec_columns, service_columns
 from services.core.formulas import (
+    Values,
     deadline_risk,
     latency_inflation,
     predicted_latency_ms,
@@ -77,7 +78,7 @@ class IntentTable:
     def n(self) -> int:
         return len(self.specs)
 
-    def take(self, idx=None, column: bool = False) -> Rows:
+    def take(self, idx: np.ndarray | None = None, column: bool = False) -> Rows:
         """The model parameters of rows idx (all rows when None), as (k,) or (k, 1) columns."""
         every = (self.tail1, self.mean1, self.f, self.arrival, self.inflation, self.deadline,
                  self.rel_spread, self.has_deadline, self.weight, self.cap)  # fmt: skip
@@ -86,7 +87,7 @@ class IntentTable:
         at = np.asarray(idx)[:, None] if column else idx  # (k, 1) columns in the same gather
         return Rows(*(c[at] for c in every))
 
-    def latency(self, idx, p, level=0):
+    def latency(self, idx: np.ndarray | int, p: Values, level: int | np.ndarray = 0) -> np.ndarray:
         """L(p) for rows idx at units p and degradation level (scalar or array), gathering only
         the columns the latency formula reads."""
         return predicted_latency_ms(
@@ -94,7 +95,7 @@ class IntentTable:
             self.inflation[idx] * self.level_factor[level],
         )  # fmt: skip
 
-    def risk(self, idx, p, level=0):
+    def risk(self, idx: np.ndarray, p: Values, level: int | np.ndarray = 0) -> np.ndarray:
         return self.take(idx).risk(p, self.level_factor[level])
 
 
@@ -113,16 +114,16 @@ class Rows:
     weight: np.ndarray
     cap: np.ndarray
 
-    def latency(self, p, level_factor):
+    def latency(self, p: Values, level_factor: Values) -> np.ndarray:
         return predicted_latency_ms(
             self.tail1, self.mean1, self.f, p, self.arrival, self.inflation * level_factor
         )
 
-    def risk_at(self, latency):
+    def risk_at(self, latency: np.ndarray) -> np.ndarray:
         r = deadline_risk(slack_ms(self.deadline, latency), latency, self.rel_spread)
         return np.where(self.has_deadline, r, 0.0)
 
-    def risk(self, p, level_factor):
+    def risk(self, p: Values, level_factor: Values) -> np.ndarray:
         return self.risk_at(self.latency(p, level_factor))
 
 

@@ -23,6 +23,9 @@ LABEL_NAME = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
 MAX_PRIORITY = 1000
 MAX_DEADLINE_MS = 3_600_000.0  # one hour: beyond that a deadline is not a control-loop concern
 MAX_BASE_SERVICE_MS = 3_600_000.0
+# 1 µs: below it the node counts items per second beyond any counter (1e-300 ms was accepted
+# and then overflowed the node agent's uint64 telemetry on every later call)
+MIN_BASE_SERVICE_MS = 0.001
 MAX_UNITS = 4096
 MAX_ARRIVAL_RATE_PER_S = 1_000_000.0
 MAX_WORK_UNITS = 1e12
@@ -174,7 +177,7 @@ def _check_speedup(out: intent_pb2.ResourceIntent) -> None:
     _number("speedup.parallel_fraction", sp.parallel_fraction, 0.0, 1.0)
     if sp.base_service_ms == 0:
         raise _bad("speedup.base_service_ms", "required when speedup is given (> 0)")
-    _number("speedup.base_service_ms", sp.base_service_ms, 0.0, MAX_BASE_SERVICE_MS, low_open=True)
+    _number("speedup.base_service_ms", sp.base_service_ms, MIN_BASE_SERVICE_MS, MAX_BASE_SERVICE_MS)
 
 
 def _check_demand(out: intent_pb2.ResourceIntent) -> None:

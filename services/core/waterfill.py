@@ -1,4 +1,4 @@
-"""Greedy hand-out of increments with concave utilities: water-filling and its reference heap.
+"""Greedy hand-out of increments with concave utilities, by water-filling.
 
 D-MUG's marginal-utility phase and the GPU share split both give out a budget of units, one at a
 time, to whoever gains most from the next one. With non-increasing gains per row that greedy is

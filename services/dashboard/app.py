@@ -1,9 +1,11 @@
 """Dashboard wiring: create_app(settings) builds the Starlette app; resources live in the lifespan.
 
 The lifespan opens the service clients, starts the observer's poll and owns the guided demo task.
-Routes: the page (``/``, ``?story=guided`` auto-plays the demo), one partial per panel (each a
-block of the page's own template), the what-if preview, the policy and demo buttons, /metrics and
-/healthz. Partials render from the observer's last snapshot, so none of them waits on a service.
+Routes: the page (``/``, ``?story=guided`` auto-plays the demo when the navigation was the
+user's own), one partial per panel (each a block of the page's own template), the what-if
+preview, the policy and demo buttons, /metrics and /healthz. Partials render from the observer's
+last snapshot, so none of them waits on a service. Every HTML answer is a template with
+autoescape, and every response carries the Content-Security-Policy (no inline script, no eval).
 """
 
 from __future__ import annotations
@@ -27,11 +29,21 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
 from services.common.config import ServiceSettings, parse_service_args, resolve_path
-from services.common.http import healthz_route, metrics_route, serve_http
+from services.common.http import (
+    SecurityHeadersMiddleware,
+    healthz_route,
+    metrics_route,
+    serve_http,
+)
 from services.common.latency import format_ms
 from services.common.logs import configure_logging
 from services.dashboard import metrics, views
-from services.dashboard.access import ActionGuard, token_ok, unlock_endpoint
+from services.dashboard.access import (
+    ActionGuard,
+    navigation_is_users_own,
+    token_ok,
+    unlock_endpoint,
+)
 from services.dashboard.clients import ActionError, Endpoints, ServiceClients
 from services.dashboard.demo import DemoConfig, GuidedDemo
 from services.dashboard.observer import SERVICES, Observer
@@ -108,6 +120,7 @@ def render_block(env: Environment, block: str, context: dict[str, Any]) -> str:
 def create_app(settings: ServiceSettings) -> Starlette:
     templates = Jinja2Templates(directory=str(HERE / "templates"))
     env = templates.env
+    env.autoescape = True  # every template, whatever its file name
     env.filters["ms"] = format_ms
     env.filters["pct"] = lambda v, digits=0: "-" if v is None else f"{v * 100:.{digits}f}%"
     env.filters["clock"] = lambda t: time.strftime("%H:%M:%S", time.localtime(t))
@@ -173,10 +186,8 @@ def create_app(settings: ServiceSettings) -> Starlette:
         ctx.update(
             request=request,
             poll_s=d.poll_s,
-            poll_trigger=(
-                f"every {d.poll_s:g}s [document.visibilityState === 'visible'], "
-                "visibilitychange[document.visibilityState === 'visible'] from:document"
-            ),
+            # static/dashboard.js cancels these while the tab is hidden (no eval'd filters)
+            poll_trigger=f"every {d.poll_s:g}s, visibilitychange from:document",
             snapshot_age_s=max(0.0, now - snapshot.taken_at) if snapshot.taken_at else None,
             services=views.services(snapshot, {s: d.clients.address(s) for s in SERVICES}),
             event_count=len(d.timeline.events),
@@ -188,7 +199,11 @@ def create_app(settings: ServiceSettings) -> Starlette:
     async def page(request: Request) -> Response:
         d = dash(request)
         ctx = context(request, d, PANELS)
-        ctx["autostart"] = request.query_params.get("story") == "guided" and not d.demo.running
+        # ?story=guided auto-plays only after a navigation the user made (typed, bookmarked,
+        # from this page): a link from another site only offers the button.
+        story = request.query_params.get("story") == "guided" and not d.demo.running
+        ctx["autostart"] = story and navigation_is_users_own(request)
+        ctx["story_offered"] = story and not ctx["autostart"]
         ctx["locked"] = not token_ok(request, settings.api_token)
         ctx["preview_block"] = {"idle": True}
         return templates.TemplateResponse(request, "index.html", ctx)
@@ -196,7 +211,13 @@ def create_app(settings: ServiceSettings) -> Starlette:
     async def partial(request: Request) -> Response:
         panel = request.path_params["panel"]
         if panel not in PANELS:
-            return HTMLResponse(f"<p>no panel named {panel}</p>", status_code=404)
+            message = f"no panel named {panel!r}"
+            return templates.TemplateResponse(
+                request,
+                "message.html",
+                {"css_class": "down-msg", "message": message},
+                status_code=404,
+            )
         d = dash(request)
         ctx = context(request, d, (panel,))
         body = render_block(env, panel, ctx)
@@ -268,13 +289,14 @@ def create_app(settings: ServiceSettings) -> Starlette:
         Route("/actions/policy", set_policy, methods=["POST"]),
         Route("/actions/demo/start", demo_start, methods=["POST"]),
         Route("/actions/demo/stop", demo_stop, methods=["POST"]),
-        Route("/unlock", unlock_endpoint(settings.api_token), methods=["GET"]),
+        Route("/unlock", unlock_endpoint(settings.api_token, templates), methods=["GET"]),
         metrics_route(),
         healthz_route(),
         Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
     ]
     app = Starlette(routes=routes, lifespan=lifespan)
-    app.add_middleware(ActionGuard, token=settings.api_token)
+    app.add_middleware(ActionGuard, token=settings.api_token, templates=templates)
+    app.add_middleware(SecurityHeadersMiddleware)
     return app
 
 

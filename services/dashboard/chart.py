@@ -1,7 +1,9 @@
 """Server-rendered SVG: online p99 over time against the deadline, with every event marked.
 
-Pure functions from the timeline's samples and events to an SVG string, so the latency chart
-needs no JavaScript library and a test can read exactly what the page will show. One polyline per
+Pure functions from the timeline's samples and events to SVG, so the latency chart needs no
+JavaScript library and a test can read exactly what the page will show. The functions here only
+lay the chart out (coordinates, rows, colours); the markup is templates/chart.svg.html, rendered
+with autoescape, so no name or label can inject markup. One polyline per
 online intent, its deadline as a dashed line of the same colour, a vertical marker plus a label
 for every mode change and event (labels staggered in rows so neighbours stay readable), and a
 band chart of the robot's state machine for the preemption timeline.
@@ -10,8 +12,11 @@ band chart of the robot's state machine for the preemption timeline.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
-from markupsafe import Markup, escape
+from jinja2 import Environment, FileSystemLoader
+from markupsafe import Markup
 
 from services.common.latency import is_unbounded
 from services.dashboard.timeline import Event, RobotSpan, Sample
@@ -40,6 +45,10 @@ ROBOT_COLOURS = {
 }
 
 
+_TEMPLATES = Environment(
+    loader=FileSystemLoader(Path(__file__).resolve().parent / "templates"), autoescape=True
+)
+
 LEFT, RIGHT = 56, 14
 CHAR_W = 6.4  # average glyph width of the 11px label font, for laying labels out without overlap
 LABEL_ROWS = 4
@@ -47,6 +56,11 @@ LABEL_ROWS = 4
 
 def _fmt(v: float) -> str:
     return f"{v:.1f}"
+
+
+def _render(macro: str, **layout: Any) -> Markup:
+    template = _TEMPLATES.get_template("chart.svg.html")
+    return Markup(getattr(template.module, macro)(**layout))
 
 
 def latency_chart(
@@ -81,109 +95,85 @@ def latency_chart(
     def y(v: float) -> float:
         return top + plot_h * (1.0 - min(v, y_max) / y_max)
 
-    parts: list[str] = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" '
-        f'class="latency-chart" role="img" aria-label="online p99 latency over time">',
-        f'<rect x="{left}" y="{top}" width="{plot_w}" height="{plot_h}" fill="#f8fafc" '
-        'stroke="#cbd5e1"/>',
-    ]
     digits = 0 if y_max >= 20 else 1
-    for i in range(5):
-        v = y_max * i / 4
-        parts.append(
-            f'<line x1="{left}" x2="{left + plot_w}" y1="{_fmt(y(v))}" y2="{_fmt(y(v))}" '
-            'stroke="#e2e8f0"/>'
-            f'<text x="{left - 6}" y="{_fmt(y(v) + 4)}" text-anchor="end" class="axis">'
-            f"{v:.{digits}f}</text>"
-        )
+    grid = [
+        {"y": _fmt(y(v)), "label_y": _fmt(y(v) + 4), "label": f"{v:.{digits}f}"}
+        for v in (y_max * i / 4 for i in range(5))
+    ]
+    ticks = []
     for i in range(7):
         t = start + window_s * i / 6
         ago = now - t
-        label = "now" if ago < 0.5 else f"-{ago:.0f}s"
-        parts.append(
-            f'<text x="{_fmt(x(t))}" y="{height - 8}" text-anchor="middle" class="axis">{label}</text>'
-        )
-    parts.append(
-        f'<text x="14" y="{top + plot_h / 2:.0f}" class="axis" '
-        f'transform="rotate(-90 14 {top + plot_h / 2:.0f})" text-anchor="middle">p99 ms</text>'
-    )
+        ticks.append({"x": _fmt(x(t)), "label": "now" if ago < 0.5 else f"-{ago:.0f}s"})
 
+    series = []
     for i, name in enumerate(names):
-        colour = SERIES_COLOURS[i % len(SERIES_COLOURS)]
         deadline = deadlines.get(name)
-        if deadline:
-            parts.append(
-                f'<line class="deadline" x1="{left}" x2="{left + plot_w}" y1="{_fmt(y(deadline))}" '
-                f'y2="{_fmt(y(deadline))}" stroke="#dc2626" stroke-dasharray="6 4" stroke-width="1.5"/>'
-                f'<text x="{left + plot_w - 4}" y="{_fmt(y(deadline) - 4)}" text-anchor="end" '
-                f'class="deadline-label" fill="#dc2626">{escape(name)} deadline {deadline:.0f} ms</text>'
-            )
-        points = [
-            f"{_fmt(x(s.t))},{_fmt(y(p.p99_ms))}"
-            for s in samples
-            for p in s.online
-            if p.name == name and s.t >= start
-        ]
-        predicted = [
-            f"{_fmt(x(s.t))},{_fmt(y(p.predicted_p99_ms))}"
-            for s in samples
-            for p in s.online
-            if p.name == name and s.t >= start and p.observed and p.predicted_p99_ms > 0
-        ]
-        if predicted:
-            parts.append(
-                f'<polyline class="predicted" data-intent="{escape(name)}" fill="none" '
-                f'stroke="{colour}" stroke-width="1" stroke-dasharray="1 3" opacity="0.8" '
-                f'points="{" ".join(predicted)}"/>'
-            )
-        if points:
-            parts.append(
-                f'<polyline class="series" data-intent="{escape(name)}" fill="none" '
-                f'stroke="{colour}" stroke-width="2" points="{" ".join(points)}"/>'
-            )
-        parts.append(
-            f'<rect x="{left + 8 + i * 260}" y="{top + 8}" width="10" height="10" fill="{colour}"/>'
-            f'<text x="{left + 22 + i * 260}" y="{top + 17}" class="legend">{escape(name)} p99 (dotted: predicted)</text>'
+        series.append(
+            {
+                "name": name,
+                "colour": SERIES_COLOURS[i % len(SERIES_COLOURS)],
+                "deadline": f"{deadline:.0f}" if deadline else "",
+                "deadline_y": _fmt(y(deadline)) if deadline else "",
+                "deadline_label_y": _fmt(y(deadline) - 4) if deadline else "",
+                "points": " ".join(
+                    f"{_fmt(x(s.t))},{_fmt(y(p.p99_ms))}"
+                    for s in samples
+                    for p in s.online
+                    if p.name == name and s.t >= start
+                ),
+                "predicted": " ".join(
+                    f"{_fmt(x(s.t))},{_fmt(y(p.predicted_p99_ms))}"
+                    for s in samples
+                    for p in s.online
+                    if p.name == name and s.t >= start and p.observed and p.predicted_p99_ms > 0
+                ),
+                "legend_x": left + 8 + i * 260,
+            }
         )
 
+    markers = []
     row_ends = [float("-inf")] * LABEL_ROWS
     for number, event in enumerate((e for e in events if e.t >= start), 1):
-        colour = EVENT_COLOURS.get(event.kind, "#334155")
         ex = x(event.t)
-        badge = f"{number}"
         text = f"{number} {event.label}"
         span = CHAR_W * len(text) + 8
         # first row whose last label ends before this one starts; right-anchored near the edge
         anchor_end = ex + span > left + plot_w
         x0 = ex - span if anchor_end else ex
         row = next((r for r in range(LABEL_ROWS) if row_ends[r] < x0), None)
-        ly = 12 + (row if row is not None else LABEL_ROWS - 1) * 13
-        parts.append(
-            f'<g class="event" data-kind="{escape(event.kind)}" data-label="{escape(event.label)}">'
-            f'<line x1="{_fmt(ex)}" x2="{_fmt(ex)}" y1="{ly + 2}" y2="{top + plot_h}" '
-            f'stroke="{colour}" stroke-width="1.2" stroke-dasharray="2 2"/>'
-        )
         if row is not None:
             row_ends[row] = x0 + span
-            anchor = "end" if anchor_end else "start"
-            dx = -3 if anchor_end else 3
-            parts.append(
-                f'<text x="{_fmt(ex + dx)}" y="{ly}" text-anchor="{anchor}" fill="{colour}" '
-                f'class="event-label">{escape(text)}</text>'
-            )
-        else:  # no room for the words here: the number ties the marker to the legend below
-            parts.append(
-                f'<text x="{_fmt(ex)}" y="{top + plot_h - 4}" text-anchor="middle" fill="{colour}" '
-                f'class="event-badge">{badge}</text>'
-            )
-        parts.append("</g>")
-    if not names:
-        parts.append(
-            f'<text x="{left + plot_w / 2:.0f}" y="{top + plot_h / 2:.0f}" text-anchor="middle" '
-            'class="empty">no online latency yet</text>'
+        markers.append(
+            {
+                "kind": event.kind,
+                "label": event.label,
+                "colour": EVENT_COLOURS.get(event.kind, "#334155"),
+                "x": _fmt(ex),
+                "line_y": 12 + (row if row is not None else LABEL_ROWS - 1) * 13 + 2,
+                "text_y": 12 + (row if row is not None else LABEL_ROWS - 1) * 13,
+                # no room for the words: the number ties the marker to the legend below
+                "text": text if row is not None else "",
+                "badge": f"{number}",
+                "anchor": "end" if anchor_end else "start",
+                "text_x": _fmt(ex + (-3 if anchor_end else 3)),
+            }
         )
-    parts.append("</svg>")
-    return Markup("".join(parts))
+    return _render(
+        "latency_chart",
+        width=width,
+        height=height,
+        left=left,
+        top=top,
+        plot_w=plot_w,
+        plot_h=plot_h,
+        mid_y=f"{top + plot_h / 2:.0f}",
+        mid_x=f"{left + plot_w / 2:.0f}",
+        grid=grid,
+        ticks=ticks,
+        series=series,
+        markers=markers,
+    )
 
 
 def robot_timeline(
@@ -196,24 +186,18 @@ def robot_timeline(
     def x(t: float) -> float:
         return left + plot_w * min(max((t - start) / window_s, 0.0), 1.0)
 
-    parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" '
-        'class="robot-timeline" role="img" aria-label="robot state timeline">',
-        f'<text x="{left - 6}" y="21" text-anchor="end" class="axis">robot</text>',
-    ]
+    bands = []
     for i, span in enumerate(spans):
         end = spans[i + 1].start if i + 1 < len(spans) else now
         x0, x1 = x(span.start), x(end)
-        colour = ROBOT_COLOURS.get(span.state, "#e5e7eb")
-        parts.append(
-            f'<rect class="robot-span" data-state="{escape(span.state)}" x="{_fmt(x0)}" y="6" '
-            f'width="{_fmt(max(x1 - x0, 1.0))}" height="22" fill="{colour}" stroke="#fff"/>'
+        bands.append(
+            {
+                "state": span.state,
+                "x": _fmt(x0),
+                "width": _fmt(max(x1 - x0, 1.0)),
+                "colour": ROBOT_COLOURS.get(span.state, "#e5e7eb"),
+                "label_x": _fmt(x0 + 4),
+                "labelled": x1 - x0 > CHAR_W * 0.85 * len(span.state) + 8,
+            }
         )
-        if x1 - x0 > CHAR_W * 0.85 * len(span.state) + 8:
-            parts.append(
-                f'<text x="{_fmt(x0 + 4)}" y="21" class="robot-label">{escape(span.state)}</text>'
-            )
-    if not spans:
-        parts.append(f'<text x="{left + 6}" y="21" class="empty">no robot state yet</text>')
-    parts.append("</svg>")
-    return Markup("".join(parts))
+    return _render("robot_timeline", width=width, height=height, left=left, bands=bands)

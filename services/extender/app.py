@@ -9,7 +9,6 @@ pod, which is what a malformed call deserves. Filter and prioritize run on the e
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import time
@@ -26,6 +25,7 @@ from starlette.routing import Route
 from services.common.config import ServiceSettings, parse_service_args
 from services.common.http import (
     HttpError,
+    SecurityHeadersMiddleware,
     TokenMiddleware,
     error_response,
     healthz_route,
@@ -39,6 +39,7 @@ from services.core.model import DmugConfig
 from . import protocol
 from .kubeapi import connect
 from .metrics import ExtenderMetrics
+from .nodestates import NodeStateCache
 from .nodeview import ClusterView
 from .protocol import ProtocolError
 from .samples import sample_node_objects
@@ -140,6 +141,8 @@ def create_app(settings: ServiceSettings, extender: Extender | None = None) -> S
                 "last_poll_at": poller.last_poll_at,
             }
         )
+        cache = background.get("node_states")
+        body["node_states"] = None if cache is None else cache.summary()
         return JSONResponse(body)
 
     @contextlib.asynccontextmanager
@@ -159,16 +162,21 @@ def create_app(settings: ServiceSettings, extender: Extender | None = None) -> S
             )
             poller.start()
             background["poller"] = poller
-        refresher = None
+        cache = None
         if ext.api is not None:
-            refresher = asyncio.create_task(
-                _refresh_nodes(ext, settings.get_float("node_refresh_s", 30.0))
+            cache = NodeStateCache(
+                ext,
+                ext.api.api_client,
+                stale_s=settings.get_float("node_state_stale_s", 30.0),
+                timeout_s=settings.get_float("api_timeout_s", 5.0),
             )
+            cache.start()
+            background["node_states"] = cache
         try:
             yield
         finally:
-            if refresher is not None:
-                refresher.cancel()
+            if cache is not None:
+                await anyio.to_thread.run_sync(cache.stop)
             poller = background.pop("poller", None)
             if poller is not None:
                 await anyio.to_thread.run_sync(poller.stop)
@@ -185,23 +193,14 @@ def create_app(settings: ServiceSettings, extender: Extender | None = None) -> S
     app = Starlette(
         routes=routes,
         lifespan=lifespan,
-        middleware=[Middleware(TokenMiddleware, token=settings.api_token)],
+        middleware=[
+            Middleware(SecurityHeadersMiddleware),
+            Middleware(TokenMiddleware, token=settings.api_token),
+        ],
     )
     app.state.extender = ext
     app.state.background = background
     return app
-
-
-async def _refresh_nodes(ext: Extender, interval_s: float) -> None:
-    """With API access, the node list keeps the NodeNames (node-cache) mode's view current."""
-    assert ext.api is not None
-    while True:
-        try:
-            heads = await anyio.to_thread.run_sync(ext.api.list_nodes)
-            ext.view.learn(heads, source="api")
-        except Exception as exc:  # an unreachable API server must not stop the verbs
-            log.warning("node list failed", extra={"error": str(exc)[:200]})
-        await asyncio.sleep(interval_s)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -12,54 +12,86 @@ Sources, in the order they override each other:
    allocator's own telemetry for that node takes over.
 
 Packaged sample nodes (samples.py) join only with the explicit ``sample_nodes`` flag.
+
+Every number read from a node is bounded before anything is sized by it: CPU units by
+``MAX_CPU_UNITS``, GPUs on a lane (and on the node) by ``MAX_GPUS_PER_NODE``. A value beyond,
+or one that is not a finite quantity (``inf``, ``1e400``), is a ProtocolError naming the
+field (400 for a request); a node from the API server with such a value is skipped and logged.
 """
 
 from __future__ import annotations
 
+import logging
+import math
 import threading
 import time
+from collections import Counter, OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from services.core.model import DmugConfig, IntentSpec, LaneCapacity
-from services.core.placement import view_of
+from services.core.placement import NodeView, view_of
 
 from .columns import NodeColumns
 from .noderecord import NodeRecord
-from .protocol import NodeHead
+from .protocol import NodeHead, ProtocolError
+
+log = logging.getLogger(__name__)
 
 LANE_LABEL = "parfusion.io/lane-"
 CPU_UNITS_LABEL = "parfusion.io/cpu-units"
 SHARE_UNITS_PER_GPU = 100
+MAX_CPU_UNITS = 4096  # more CPUs than any one machine has today
+MAX_GPUS_PER_NODE = 64  # the densest nodes hold 8-16 GPUs
 
 
-def cpu_quantity(text: str | None) -> int:
-    """Whole CPU units from a Kubernetes quantity ("8", "7910m", "1.5", "2k"); bad input is 0."""
+def cpu_quantity(text: str | None, *, limit: int = MAX_CPU_UNITS, field: str = "cpu") -> int:
+    """Whole units from a Kubernetes quantity ("8", "7910m", "1.5", "2k"); text that is not a
+    quantity is 0 (the node is then not usable). A finite value above ``limit``, or ``inf`` /
+    ``nan`` / ``1e400``, is a ProtocolError naming ``field``: nothing is sized by it."""
     if not text:
         return 0
     text = text.strip()
+    scale = 1.0
+    if text.endswith("m"):
+        text, scale = text[:-1], 0.001
+    elif text.endswith("k"):
+        text, scale = text[:-1], 1000.0
+    if len(text) > 32:
+        raise ProtocolError(f"{field}: {len(text)} characters is not a quantity", field=field)
     try:
-        if text.endswith("m"):
-            return int(float(text[:-1]) // 1000)
-        if text.endswith("k"):
-            return int(float(text[:-1]) * 1000)
-        return int(float(text))
+        value = float(text) * scale
     except ValueError:
         return 0
+    if not math.isfinite(value) or value > limit:
+        raise ProtocolError(
+            f"{field}: {text!r} is beyond what a node can hold (at most {limit})", field=field
+        )
+    return max(0, int(value))
 
 
-def record_from_head(head: NodeHead, source: str = "request") -> NodeRecord:
+def record_from_head(head: NodeHead, source: str = "request", where: str = "node") -> NodeRecord:
+    """The record of one Node object; ``where`` prefixes the field in a ProtocolError."""
     labels = head.metadata.labels or {}
     status = head.status
     allocatable = (status.allocatable if status else None) or {}
-    cpu = cpu_quantity(labels.get(CPU_UNITS_LABEL)) or cpu_quantity(allocatable.get("cpu"))
+    cpu = cpu_quantity(
+        labels.get(CPU_UNITS_LABEL), field=f"{where}.metadata.labels[{CPU_UNITS_LABEL}]"
+    ) or cpu_quantity(allocatable.get("cpu"), field=f"{where}.status.allocatable.cpu")
     lanes: list[LaneCapacity] = []
     gpu_index = 0
     for key in sorted(labels):
         if key.startswith(LANE_LABEL):
-            count = cpu_quantity(labels[key])
+            field = f"{where}.metadata.labels[{key}]"
+            count = cpu_quantity(labels[key], limit=MAX_GPUS_PER_NODE, field=field)
+            if gpu_index + count > MAX_GPUS_PER_NODE:
+                raise ProtocolError(
+                    f"{field}: lanes add up to {gpu_index + count} GPUs, more than a node can "
+                    f"hold (at most {MAX_GPUS_PER_NODE})",
+                    field=field,
+                )
             indexes = tuple(range(gpu_index, gpu_index + count))
             gpu_index += count
             lanes.append(LaneCapacity(key[len(LANE_LABEL) :], indexes, SHARE_UNITS_PER_GPU * count))
@@ -112,23 +144,37 @@ class ClusterView:
     _merged: dict[str, NodeRecord] = field(default_factory=dict)
     bindings: list[Binding] = field(default_factory=list)
     columns: NodeColumns = field(default_factory=NodeColumns)
-    _versions: dict[str, str] = field(default_factory=dict)  # name -> Node resourceVersion
+    # name -> the NodeHead last learned: protocol._heads hands out one object per distinct
+    # node bytes, so the same object means the same node (a resourceVersion is only a claim)
+    _seen: dict[str, NodeHead] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    # D-MUG's view of a node per (node state but its name, resident shapes): every bound pod
+    # re-derives its node's view, and replicas on same-shaped nodes share one
+    _placements: OrderedDict[tuple[object, ...], NodeView] = field(default_factory=OrderedDict)
 
     # --- writers ---------------------------------------------------------------------------
 
     def learn(self, heads: Iterable[NodeHead], source: str = "request") -> None:
-        """Remember these node objects (for NodeNames calls too). A node whose resourceVersion
-        is the one already seen is skipped: kube-scheduler resends unchanged nodes every cycle."""
-        versions = self._versions
+        """Remember these node objects (for NodeNames calls too). A node whose bytes are the
+        ones already learned is skipped: kube-scheduler resends unchanged nodes every cycle. (Not
+        by resourceVersion: a request claiming a known version with other content would
+        otherwise shadow the real node.)"""
+        known = self._seen
         changed = []
-        for head in heads:
+        seen: dict[str, NodeHead] = {}
+        for i, head in enumerate(heads):
             meta = head.metadata
-            if meta.resourceVersion and versions.get(meta.name) == meta.resourceVersion:
+            if known.get(meta.name) is head:
                 continue
-            rec = record_from_head(head, source)
+            try:
+                rec = record_from_head(head, source, f"Nodes.items[{i}]")
+            except ProtocolError as exc:
+                if source == "request":
+                    raise  # the whole request is refused: nothing of it is learned
+                log.warning("node skipped", extra={"node": meta.name, "error": str(exc)})
+                continue
             old = self._objects.get(rec.name)
-            versions[rec.name] = meta.resourceVersion
+            seen[rec.name] = head
             if (
                 old is None
                 or old.cpu_units != rec.cpu_units
@@ -136,6 +182,7 @@ class ClusterView:
                 or old.schedulable != rec.schedulable
             ):
                 changed.append(rec)
+        known.update(seen)
         if changed:
             with self._lock:
                 for rec in changed:
@@ -146,6 +193,18 @@ class ClusterView:
         with self._lock:
             names = set(self._telemetry) | {r.node for r in reports}
             self._telemetry = {r.node: r for r in reports}
+            for name in names:
+                self._merge(name)
+
+    def update_telemetry(self, reports: Sequence[NodeTelemetry], gone: Iterable[str] = ()) -> None:
+        """Replace these nodes' telemetry and drop the ``gone`` ones'; the rest stay as they are
+        (the NodeIntentState watch: one node per event)."""
+        with self._lock:
+            names = {r.node for r in reports} | set(gone)
+            for name in gone:
+                self._telemetry.pop(name, None)
+            for report in reports:
+                self._telemetry[report.node] = report
             for name in names:
                 self._merge(name)
 
@@ -194,9 +253,23 @@ class ClusterView:
                 free[intent.gpu_lane] -= intent.gpu_share * SHARE_UNITS_PER_GPU
         rec = replace(rec, residents=residents, free_lane_units=free)
         if self.derive_placement:
-            rec = replace(rec, placement=view_of(rec.state, residents, {}, self.dmug))
+            rec = replace(rec, placement=self._placement(rec, residents))
         self._merged[name] = rec
         self.columns.put(rec)
+
+    def _placement(self, rec: NodeRecord, residents: Sequence[IntentSpec]) -> NodeView:
+        """view_of(rec.state, residents), memoised on what it depends on: the node state without
+        its name and the residents without their identity (id, name, node, order)."""
+        state = replace(rec.state, name="")
+        shapes = Counter(replace(i, id="", name="", node="", seq=0) for i in residents)
+        key = (state, frozenset(shapes.items()))
+        view = self._placements.get(key)
+        if view is None:
+            view = view_of(state, residents, {}, self.dmug)
+            self._placements[key] = view
+            while len(self._placements) > 4096:
+                self._placements.popitem(last=False)
+        return replace(view, name=rec.name)
 
     # --- readers ---------------------------------------------------------------------------
 

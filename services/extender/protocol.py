@@ -10,17 +10,28 @@ every reply is written in the mode it was asked in.
 
 Only what the decision needs is decoded (msgspec skips the rest); node objects are carried as
 ``msgspec.Raw`` slices of the request and written back byte for byte, never rebuilt.
+
+Every way a body can be wrong is a :class:`ProtocolError` (400 naming the field): not JSON,
+invalid UTF-8 anywhere (inside a node object too), nested too deeply (msgspec raises
+RecursionError), the wrong shape, and ``Nodes`` and ``NodeNames`` that disagree (a request may
+only teach the extender what it states consistently: its names are never keys for another
+node's row).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Annotated, TypeVar
 
 import msgspec
 
 MIN_EXTENDER_PRIORITY = 0
 MAX_EXTENDER_PRIORITY = 10
+T = TypeVar("T")
+# Go's int32 (pod priority, PDB violation counts): a longer number is a bad body, not a bignum
+Int32 = Annotated[int, msgspec.Meta(ge=-(2**31), le=2**31 - 1)]
 
 
 class ProtocolError(ValueError):
@@ -29,6 +40,19 @@ class ProtocolError(ValueError):
     def __init__(self, message: str, field: str | None = None) -> None:
         super().__init__(message)
         self.field = field
+
+
+def _refusing_deep_nesting(decode: Callable[[bytes], T]) -> Callable[[bytes], T]:
+    """msgspec answers JSON nested beyond its limit with RecursionError: that is a bad body."""
+
+    @functools.wraps(decode)
+    def bounded(body: bytes) -> T:
+        try:
+            return decode(body)
+        except RecursionError:
+            raise ProtocolError("JSON nested too deeply") from None
+
+    return bounded
 
 
 # --- core/v1 subsets (lower-case JSON tags, as Kubernetes serialises them) -------------------
@@ -56,7 +80,7 @@ class PodSpec(msgspec.Struct):
     containers: list[Container] | None = None
     nodeName: str = ""
     schedulerName: str = ""
-    priority: int | None = None
+    priority: Int32 | None = None
 
 
 class Pod(msgspec.Struct):
@@ -112,7 +136,7 @@ class MetaPod(msgspec.Struct):
 
 class MetaVictims(msgspec.Struct):
     Pods: list[MetaPod] | None = None
-    NumPDBViolations: int = 0
+    NumPDBViolations: Int32 = 0
 
 
 class VictimPodMeta(msgspec.Struct):
@@ -125,7 +149,7 @@ class VictimPod(msgspec.Struct):
 
 class Victims(msgspec.Struct):
     Pods: list[VictimPod] | None = None
-    NumPDBViolations: int = 0
+    NumPDBViolations: Int32 = 0
 
 
 # --- the extender messages ------------------------------------------------------------------
@@ -195,7 +219,7 @@ def _decode(decoder: msgspec.json.Decoder, raw: msgspec.Raw | None, name: str): 
         return decoder.decode(raw)
     except msgspec.ValidationError as exc:
         raise ProtocolError(f"{name}: {exc}", field=name) from exc
-    except msgspec.DecodeError as exc:  # pragma: no cover - the top level already parsed it
+    except msgspec.DecodeError as exc:  # invalid UTF-8 inside a Raw the top level kept whole
         raise ProtocolError(f"{name}: {exc}", field=name) from exc
 
 
@@ -209,7 +233,9 @@ def _required_pod(fields: dict[str, msgspec.Raw]) -> Pod:
 
 
 _HEAD_CACHE_LIMIT = 20_000
+_HEAD_CACHE_BYTES = 64 << 20  # node objects kept as keys: bounded in bytes as well as count
 _head_cache: dict[bytes, NodeHead] = {}
+_head_cache_size = [0]
 
 
 def _heads(items: list[msgspec.Raw]) -> list[NodeHead]:
@@ -222,9 +248,14 @@ def _heads(items: list[msgspec.Raw]) -> list[NodeHead]:
         head = cache.get(key)
         if head is None:
             head = _node_head.decode(key)
-            if len(cache) >= _HEAD_CACHE_LIMIT:
+            if (
+                len(cache) >= _HEAD_CACHE_LIMIT
+                or _head_cache_size[0] + len(key) > _HEAD_CACHE_BYTES
+            ):
                 cache.clear()
+                _head_cache_size[0] = 0
             cache[key] = head
+            _head_cache_size[0] += len(key)
         out.append(head)
     return out
 
@@ -240,6 +271,7 @@ class _ExactArgs(msgspec.Struct):
 _exact_args = msgspec.json.Decoder(_ExactArgs)
 
 
+@_refusing_deep_nesting
 def decode_extender_args(body: bytes) -> ExtenderArgs:
     pod: Pod | None = None
     names_key: bytes | None = None
@@ -267,7 +299,7 @@ def decode_extender_args(body: bytes) -> ExtenderArgs:
         nodes.items = nodes.items or []
         try:
             heads = _heads(nodes.items)
-        except msgspec.ValidationError:
+        except (msgspec.ValidationError, msgspec.DecodeError):  # the item-by-item path says which
             heads = [
                 _decode(_node_head, item, f"Nodes.items[{i}]") for i, item in enumerate(nodes.items)
             ]
@@ -276,9 +308,18 @@ def decode_extender_args(body: bytes) -> ExtenderArgs:
                 raise ProtocolError(
                     "node without metadata.name", field=f"Nodes.items[{i}].metadata.name"
                 )
+        if names is not None:
+            if names != [h.metadata.name for h in heads]:
+                raise ProtocolError(
+                    "NodeNames must list exactly the names of Nodes.items, in order, when both "
+                    "are sent (kube-scheduler sends one of them)",
+                    field="NodeNames",
+                )
+            names_key = None  # the candidates are the Nodes: never cache rows under NodeNames
     return ExtenderArgs(pod=pod, nodes=nodes, node_names=names, heads=heads, names_key=names_key)
 
 
+@_refusing_deep_nesting
 def decode_binding_args(body: bytes) -> ExtenderBindingArgs:
     fields = _fields(body)
     values: dict[str, str] = {}
@@ -300,6 +341,7 @@ def decode_binding_args(body: bytes) -> ExtenderBindingArgs:
     )
 
 
+@_refusing_deep_nesting
 def decode_preemption_args(body: bytes) -> ExtenderPreemptionArgs:
     fields = _fields(body)
     pod = _required_pod(fields)

@@ -74,6 +74,8 @@ class Extender:
         self._pod_cache_size = pod_cache_size
         self._bind_lock = threading.Lock()
         self._class_scores: OrderedDict[IntentSpec, ClassScores] = OrderedDict()
+        # nodes whose NodeIntentState went stale (nodestates.py): scored 0 by /prioritize
+        self.stale_nodes: frozenset[str] = frozenset()
 
     def scores_for(self, spec: IntentSpec) -> ClassScores:
         """The per-class score cache of an intent; replicas (same intent but id and name) share."""
@@ -158,18 +160,27 @@ class Extender:
     # --- prioritize -------------------------------------------------------------------------
 
     def prioritize(self, args: ExtenderArgs) -> bytes:
+        """Scores 1..10 of the candidates the intent prefers. Hosts scoring 0 are left out:
+        kube-scheduler adds nothing for a host the list does not name, so the answer is the
+        same in fewer bytes for it to decode (a pod without an intent gets ``[]``)."""
         names = args.candidate_names()
         found = self._intent(args.pod, "prioritize")
         if args.nodes is not None:
             self.view.learn(args.heads)
-        entry = self.view.columns.candidates(names, args.names_key)
         if found.spec is None:
-            scores = [protocol.MIN_EXTENDER_PRIORITY] * len(names)
-        else:
-            scores = self.prioritize_rows(found, entry.rows)
+            return protocol.encode_host_priorities([], [])
+        entry = self.view.columns.candidates(names, args.names_key)
+        scores = self.prioritize_rows(found, entry.rows)
+        stale = self.stale_nodes
+        keep = [i for i, s in enumerate(scores) if s > 0 and not (stale and names[i] in stale)]
         if entry.host_heads is None:
             entry.host_heads = protocol.host_heads(names)
-        return protocol.encode_host_priorities(names, scores, entry.host_heads)
+        heads = entry.host_heads  # None: names that need escaping, encoded the slow way
+        return protocol.encode_host_priorities(
+            [names[i] for i in keep],
+            [scores[i] for i in keep],
+            None if heads is None else [heads[i] for i in keep],
+        )
 
     def prioritize_rows(self, found: PodIntent, rows: np.ndarray) -> list[int]:
         if found.spec is None:

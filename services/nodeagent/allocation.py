@@ -14,7 +14,22 @@ from parfusion.v1 import intent_pb2
 from services.common.errors import InvalidArgument
 from services.core.convert import CLASS_TO_MODEL
 from services.core.model import WorkloadClass
+from services.core.validation import (
+    MAX_ARRIVAL_RATE_PER_S,
+    MAX_BASE_SERVICE_MS,
+    MAX_DEADLINE_MS,
+    MIN_BASE_SERVICE_MS,
+)
 from services.nodeagent.osctl import NICE_MAX, NICE_MIN, SCHED_POLICIES
+
+# A plan's numbers are bounded like the intents they come from (services/core/validation.py):
+# a pool or the model is sized by them (an arrival rate of 1e300 broke the model's Poisson
+# draw; a service time of 1e-300 ms overflowed the telemetry counters).
+ALLOCATION_BOUNDS = {
+    "base_service_ms": MAX_BASE_SERVICE_MS,
+    "arrival_rate_per_s": MAX_ARRIVAL_RATE_PER_S,
+    "deadline_ms": MAX_DEADLINE_MS,
+}
 
 
 def check_allocation(
@@ -40,10 +55,17 @@ def check_allocation(
     unknown = sorted(set(a.cpu_set) - set(cpus))
     if unknown:
         raise InvalidArgument(f"cpus {unknown} {not_cpus}", field=f"{where}.cpu_set")
-    for name in ("base_service_ms", "arrival_rate_per_s", "deadline_ms"):
+    for name, limit in ALLOCATION_BOUNDS.items():
         value = getattr(a, name)
-        if value < 0 or not math.isfinite(value):
-            raise InvalidArgument("must be a finite number >= 0", field=f"{where}.{name}")
+        if not (math.isfinite(value) and 0 <= value <= limit):
+            raise InvalidArgument(
+                f"must be a finite number in [0, {limit:g}], got {value}", field=f"{where}.{name}"
+            )
+    if 0 < a.base_service_ms < MIN_BASE_SERVICE_MS:  # 0 is "the default"
+        raise InvalidArgument(
+            f"must be 0 (default) or at least {MIN_BASE_SERVICE_MS:g}, got {a.base_service_ms}",
+            field=f"{where}.base_service_ms",
+        )
     if not 0.0 <= a.parallel_fraction <= 1.0:
         raise InvalidArgument("must be in [0, 1]", field=f"{where}.parallel_fraction")
     return cls, policy

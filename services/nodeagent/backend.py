@@ -15,7 +15,28 @@ from typing import Protocol
 
 from parfusion.v1 import intent_pb2, nodeagent_pb2, telemetry_pb2
 from services.common.config import ConfigError, ServiceSettings
+from services.common.errors import InvalidArgument
 from services.common.registry import choose, lazy
+
+# Plan generations are uint64 on the wire; the agent reports generation + 1 for a plan sent
+# without one, so it accepts at most 2^63 - 1 and wraps its own count below that: a generation
+# it accepted can never make a later telemetry reply overflow.
+MAX_PLAN_GENERATION = 2**63 - 1
+
+
+def check_generation(given: int) -> None:
+    """Refuse a plan generation the agent could not count past (before anything is applied)."""
+    if given > MAX_PLAN_GENERATION:
+        raise InvalidArgument(
+            f"{given} is above the largest plan generation {MAX_PLAN_GENERATION}",
+            field="plan.generation",
+        )
+
+
+def next_generation(given: int, current: int) -> int:
+    """The generation a backend records for an applied plan (``given``, or one past ``current``)."""
+    check_generation(given)
+    return given or current % MAX_PLAN_GENERATION + 1
 
 
 @dataclass(frozen=True)

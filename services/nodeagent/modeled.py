@@ -23,7 +23,7 @@ from services.common.errors import FailedPrecondition, InvalidArgument
 from services.core.convert import DEGRADATION_TO_MODEL
 from services.nodeagent import metrics
 from services.nodeagent.allocation import check_allocation, check_unique
-from services.nodeagent.backend import BackendOptions
+from services.nodeagent.backend import BackendOptions, next_generation
 from services.sim.disturbance import disturbance_from_proto, disturbance_to_proto
 from services.sim.node import IntentRun, ModeledNode
 from services.sim.params import ModelParams, load_model_params
@@ -153,7 +153,7 @@ class ModeledBackend:
             self._sync()
             self.node.set_profiles(p for p, _ in checked)
             self.node.apply({p.intent_id: a for p, a in checked}, gpu_intent_enabled=True)
-            self._generation = plan.generation or self._generation + 1
+            self._generation = next_generation(plan.generation, self._generation)
             self._units = units
         return self._applied(checked)
 
@@ -172,7 +172,7 @@ class ModeledBackend:
         with self._lock:
             self._sync()
             self.node.change(checked, removed, gpu_intent_enabled=True)
-            self._generation = plan.generation or self._generation + 1
+            self._generation = next_generation(plan.generation, self._generation)
             self._units = units
         return self._applied(checked)
 

@@ -24,7 +24,7 @@ from services.common.config import ConfigError
 from services.common.errors import DomainError, FailedPrecondition, InvalidArgument
 from services.nodeagent import cgroupfs, osctl, procfs
 from services.nodeagent.allocation import check_unique
-from services.nodeagent.backend import BackendOptions
+from services.nodeagent.backend import BackendOptions, next_generation
 from services.nodeagent.latency import LatencyBook
 from services.nodeagent.poolplan import BATCH_ITEM_MS, PoolSpec, batch_duty, capped, pool_spec
 from services.nodeagent.pools import Completion, OsKnobs, WorkerPool, measure_rep_ms
@@ -173,7 +173,7 @@ class RealBackend:
                 runtime.pool.set_knobs(spec.knobs)
                 runtime.pool.resize(spec.workers)
             self._pace(specs)
-            self._generation = plan.generation or self._generation + 1
+            self._generation = next_generation(plan.generation, self._generation)
             self._cgroups(specs)
             return [
                 nodeagent_pb2.AppliedAllocation(

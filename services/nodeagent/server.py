@@ -33,7 +33,12 @@ from services.common.grpc_server import (
 from services.common.logs import configure_logging
 from services.common.memory import ShrinkWatch, release_freed_memory
 from services.nodeagent import metrics, osctl
-from services.nodeagent.backend import BackendOptions, NodeBackend, create_backend
+from services.nodeagent.backend import (
+    BackendOptions,
+    NodeBackend,
+    check_generation,
+    create_backend,
+)
 
 log = logging.getLogger(__name__)
 SERVICE_NAME = nodeagent_pb2.DESCRIPTOR.services_by_name["NodeAgentService"].full_name
@@ -71,6 +76,7 @@ class NodeAgentServicer(nodeagent_pb2_grpc.NodeAgentServiceServicer):
         if len(changed) != len(request.plan.allocations):
             raise InvalidArgument("an intent appears twice", field="plan.allocations")
         try:
+            check_generation(request.plan.generation)
             applied = self._enforce(request.plan, base, changed, removed)
         except Exception:
             metrics.PLANS_APPLIED.labels("rejected").inc()

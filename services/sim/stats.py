@@ -31,7 +31,7 @@ class LatencyView:
 def percentiles(values: np.ndarray, qs: tuple[float, ...] = (50, 95, 99)) -> list[float]:
     """Linear-interpolation percentiles (numpy's default method) from one sort.
 
-    np.percentile costs ~0.4 ms a call in its generality; telemetry asks for three of them per
+    np.percentile is costly per call in its generality; telemetry asks for three of them per
     intent on every tick, so one sort and direct indexing keep the headless runs fast.
     """
     n = int(values.size)

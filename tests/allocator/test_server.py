@@ -78,22 +78,6 @@ def test_idempotent_resubmission_and_conflict(start: Start, stub_for: StubFor) -
     assert stored.slo.deadline_ms == 50
 
 
-def test_beyond_the_intent_limit_submit_is_resource_exhausted(
-    start: Start, stub_for: StubFor
-) -> None:
-    stub = stub_for(start(max_intents=2).address)
-    _submit(stub, online_intent(intent_id="a"))
-    _submit(stub, batch_intent(intent_id="b"))
-    err = _error(lambda: _submit(stub, online_intent(intent_id="c")))
-    assert err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
-    assert "limit of 2 intents" in err.details() and "max_intents" in err.details()
-    assert _submit(stub, online_intent(intent_id="a")).already_existed  # idempotent: still fine
-    listed = stub.ListIntents(allocator_pb2.ListIntentsRequest(), timeout=5).intents
-    assert sorted(i.id for i in listed) == ["a", "b"]  # nothing half-stored
-    stub.DeleteIntent(allocator_pb2.DeleteIntentRequest(id="b"), timeout=5)
-    assert _submit(stub, online_intent(intent_id="c")).intent.id == "c"
-
-
 @pytest.mark.parametrize(
     ("intent", "details"),
     [

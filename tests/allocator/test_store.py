@@ -13,7 +13,7 @@ import pytest
 
 from parfusion.v1 import intent_pb2
 from services.allocator.store import IntentStore, _Op
-from services.common.errors import AlreadyExists, FailedPrecondition, NotFound
+from services.common.errors import AlreadyExists, FailedPrecondition, NotFound, Unavailable
 from services.core.validation import normalize_intent
 
 
@@ -210,7 +210,7 @@ def test_a_failed_commit_answers_every_caller_and_stores_nothing(store: IntentSt
         store,
         [lambda: store.submit(intent("fine", "fine")), lambda: store.submit(intent("poison"))],
     )
-    assert all(isinstance(r, sqlite3.IntegrityError) for r in results)
+    assert all(isinstance(r, Unavailable) and "refused by trigger" in str(r) for r in results)
     assert store.version == version + 1  # the opener only
     with pytest.raises(NotFound):
         store.get("fine")

@@ -64,7 +64,7 @@ def test_gc_pause_alternates_and_reports_every_cell() -> None:
 def test_bench_loop_times_steady_submit_and_delete_ticks() -> None:
     out = _run("bench/bench_loop.py", "--sizes", "40", "--ticks", "2", "--rounds", "2")
     rows = re.findall(
-        r"^\| 40 \| (steady|samples|sampled, idle|submit|delete) \| [\d.]+ \([\d.]+\) \| [\d.]+ \| (\d+) \|",
+        r"^\| 40 \| (steady|samples|sampled, idle|submit|delete) \| [\d.]+ \([\d.]+\) \| [\d.]+ \| [\d.]+ \| (\d+) \|",
         out,
         re.M,
     )

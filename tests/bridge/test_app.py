@@ -21,7 +21,7 @@ def settings_for(**overrides: Any) -> Any:
         "background_ticker": False,
         "allocator_address": "",
         "allocator_retry_ms": 200,
-        "ros2": "auto",
+        "ros2": "off",  # tests/bridge/test_ros2.py covers ROS 2
     }
     base.update(overrides)
     return build_settings("bridge", overrides=base, env={})
@@ -75,7 +75,7 @@ def test_mission_urgent_and_state_round_trip(
     ]
     state = client.get("/api/state").json()
     assert state["mode"] == "local-compatible"
-    assert state["ros2"]["mode"] == "local-compatible" and "rclpy" in state["ros2"]["detail"]
+    assert state["ros2"]["mode"] == "local-compatible" and "off" in state["ros2"]["detail"]
     assert state["urgent"]["recent"][0]["spec"]["name"] == "fall-detected"
     assert state["urgent"]["recent"][0]["outcome"] == "met"
     assert state["checkpoint_step"] == 5

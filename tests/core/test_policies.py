@@ -8,7 +8,6 @@ import random
 import pytest
 
 from services.common.errors import InvalidArgument
-from services.core.crosslayer import _TEMPLATES
 from services.core.formulas import LATENCY_CEILING_MS
 from services.core.model import (
     Decision,
@@ -20,6 +19,7 @@ from services.core.model import (
     ServiceStats,
 )
 from services.core.policies.registry import POLICIES, get_policy, list_policies
+from services.core.reasons import _TEMPLATES
 
 LANES = (
     LaneCapacity("infer", (0, 1), 200),

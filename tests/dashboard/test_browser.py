@@ -10,6 +10,9 @@ results/dashboard/ for review.
 
 from __future__ import annotations
 
+import functools
+import http.server
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -93,18 +96,63 @@ def _percent(text: str) -> float:
     return float(text.strip().rstrip("%"))
 
 
+@pytest.fixture
+def foreign_site(tmp_path: Path) -> Iterator[str]:
+    """Another web site (localhost is cross-site to 127.0.0.1) serving pages that link to the
+    dashboard, as a hostile page open in the same browser would."""
+    site = tmp_path / "foreign"
+    site.mkdir()
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(site))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://localhost:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
 def test_guided_demo_what_if_and_a_stopped_service_in_a_real_browser(
-    stack: StackLike, page: Any
+    stack: StackLike, page: Any, foreign_site: str, tmp_path: Path
 ) -> None:
     SHOTS.mkdir(parents=True, exist_ok=True)
-    page.goto(stack.address("dashboard") + "/", wait_until="domcontentloaded")
+    refused: list[str] = []  # anything the Content-Security-Policy blocked, any script error
+    page.on("console", lambda m: refused.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: refused.append(str(e)))
+    dialogs: list[str] = []
+    page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+    dashboard = stack.address("dashboard")
+
+    # a link on another site: the reflected name is inert text, ?story=guided starts nothing
+    (tmp_path / "foreign" / "index.html").write_text(
+        f'<a id="xss" href="{dashboard}/partials/%3Cimg%20src=x%20onerror=alert(1)%3E">x</a>'
+        f'<a id="story" href="{dashboard}/?story=guided">demo</a>'
+    )
+    page.goto(foreign_site + "/", wait_until="domcontentloaded")
+    page.locator("#xss").click()
+    page.wait_for_load_state("domcontentloaded")
+    assert "no panel named" in page.locator("body").inner_text()
+    page.goto(foreign_site + "/", wait_until="domcontentloaded")
+    page.locator("#story").click()
+    page.wait_for_load_state("domcontentloaded")
+    _wait(
+        lambda: "press Guided Demo to start it" in page.locator("#flash").inner_text(), 10, "offer"
+    )
+    time.sleep(1.0)
+    assert page.locator("#demo-status").inner_text() == "idle"
+    assert dialogs == []
+    refused.clear()  # the 404 above is logged as a console error; from here on nothing may be
+
+    page.goto(dashboard + "/", wait_until="domcontentloaded")
     assert page.evaluate("typeof htmx") == "object" and page.evaluate("htmx.version").startswith(
         "2."
     )
 
     # every service up: no panel reports one unreachable, the plan has rows
     _wait(lambda: page.locator("#allocation-table tr[data-intent]").count() >= 3, 30, "plan rows")
-    _wait(lambda: page.locator(".down-msg").count() == 0, 20, "every panel healthy")
+    try:
+        _wait(lambda: page.locator(".down-msg").count() == 0, 20, "every panel healthy")
+    except AssertionError:
+        raise AssertionError(page.locator(".down-msg").all_inner_texts()) from None
     assert page.locator("#no-gpu").inner_text() == "no GPU detected"
     seeded = page.locator("#allocation-table tr[data-intent]").count()
 
@@ -118,6 +166,7 @@ def test_guided_demo_what_if_and_a_stopped_service_in_a_real_browser(
     _wait(lambda: page.locator("#preview-table").count() == 1, 15, "preview table")
     storm = page.locator("#preview").inner_text()
     assert "assuming cpu 100%" in storm
+    assert page.locator("#whatif-form input[name=cpu] + output").inner_text() == "1"
     page.locator("#whatif-form input[name=rate]").focus()
     page.keyboard.press("End")  # arrival rate x4 on top
     _wait(lambda: page.locator("#preview").inner_text() != storm, 15, "preview to change")
@@ -217,3 +266,5 @@ def test_guided_demo_what_if_and_a_stopped_service_in_a_real_browser(
         "the cockpit to keep updating",
     )
     page.screenshot(path=str(SHOTS / "service-down.png"), full_page=True)
+    assert not [m for m in refused if "Content Security Policy" in m or "Refused" in m], refused
+    assert dialogs == []

@@ -38,15 +38,21 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 
 
 @pytest.fixture
-def settings(stack: Stack, dashboard_settings: Callable[..., ServiceSettings]) -> ServiceSettings:
-    return dashboard_settings(
-        allocator_address=stack.address("allocator"),
-        nodeagent_address=stack.address("nodeagent"),
-        bridge_url=stack.address("bridge"),
-        demo_stage_seconds=1.0,
-        demo_tick_ms=100.0,
-        call_timeout_ms=2000.0,
-    )
+def settings(
+    stack: Stack, dashboard_settings: Callable[..., ServiceSettings]
+) -> Callable[..., ServiceSettings]:
+    def make(**overrides: Any) -> ServiceSettings:
+        values: dict[str, Any] = {
+            "allocator_address": stack.address("allocator"),
+            "nodeagent_address": stack.address("nodeagent"),
+            "bridge_url": stack.address("bridge"),
+            "demo_stage_seconds": 1.0,
+            "demo_tick_ms": 100.0,
+            "call_timeout_ms": 2000.0,
+        }
+        return dashboard_settings(**{**values, **overrides})
+
+    return make
 
 
 def _policy(stack: Stack, name: str | None = None) -> str:
@@ -70,7 +76,8 @@ def _robot(stack: Stack) -> dict[str, Any]:
 
 
 def _stage(client: TestClient) -> str:
-    found = re.search(r'id="demo-caption" class="caption" data-stage="(\w+)"', client.get("/").text)
+    page = client.get("/partials/demo").text
+    found = re.search(r'id="demo-caption" class="caption" data-stage="(\w+)"', page)
     return found.group(1) if found else ""
 
 
@@ -98,10 +105,10 @@ def test_captions_make_no_claim_about_how_a_stage_turns_out() -> None:
 
 
 def test_a_finished_demo_puts_back_policy_and_mission(
-    stack: Stack, settings: ServiceSettings
+    stack: Stack, settings: Callable[..., ServiceSettings]
 ) -> None:
     assert _policy(stack, "no-degrade") == "no-degrade"
-    with TestClient(create_app(settings)) as client:
+    with TestClient(create_app(settings())) as client:
         client.post("/actions/demo/start", headers=HTMX)
         _wait(lambda: 'id="demo-status">done<' in client.get("/partials/demo").text, "done")
         outcomes = _outcomes(client)
@@ -121,10 +128,11 @@ def test_a_finished_demo_puts_back_policy_and_mission(
 
 
 def test_stop_during_the_disturbance_clears_it_at_once(
-    stack: Stack, settings: ServiceSettings
+    stack: Stack, settings: Callable[..., ServiceSettings]
 ) -> None:
     assert _policy(stack) == "parfusion"
-    with TestClient(create_app(settings)) as client:
+    # a storm long enough to be seen on a loaded machine before the stop
+    with TestClient(create_app(settings(demo_stage_seconds=3.0))) as client:
         client.post("/actions/demo/start", headers=HTMX)
         _wait(lambda: _stage(client) == "disturbance" and _disturbance_left(stack) > 0, "storm")
         client.post("/actions/demo/stop", headers=HTMX)
@@ -137,9 +145,10 @@ def test_stop_during_the_disturbance_clears_it_at_once(
 
 
 def test_stop_right_after_the_urgent_event_lets_it_finish_then_ends_the_mission(
-    stack: Stack, settings: ServiceSettings
+    stack: Stack, settings: Callable[..., ServiceSettings]
 ) -> None:
-    with TestClient(create_app(settings)) as client:
+    # 40 units of urgent work at 100 ms a tick: still running when the stop comes
+    with TestClient(create_app(settings(demo_urgent_work=40))) as client:
         client.post("/actions/demo/start", headers=HTMX)
         _wait(lambda: _stage(client) == "urgent", "urgent stage")
         _wait(
@@ -157,9 +166,9 @@ def test_stop_right_after_the_urgent_event_lets_it_finish_then_ends_the_mission(
 
 
 def test_policy_note_goes_once_the_allocator_reports_another_policy(
-    stack: Stack, settings: ServiceSettings
+    stack: Stack, settings: Callable[..., ServiceSettings]
 ) -> None:
-    with TestClient(create_app(settings)) as client:
+    with TestClient(create_app(settings())) as client:
         note = client.post("/actions/policy?name=baseline", headers=HTMX).text
         assert "policy baseline active (was parfusion)" in note
         _policy(stack, "parfusion")  # switched back elsewhere (another tab, grpcurl, the demo)

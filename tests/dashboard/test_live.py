@@ -109,7 +109,8 @@ def test_guided_demo_drives_the_allocator_and_reports_what_failed(
 ) -> None:
     settings = dashboard_settings(allocator_address=allocator.address, demo_stage_seconds=0.6)
     with TestClient(create_app(settings)) as client:
-        assert 'hx-trigger="load"' in client.get("/?story=guided").text
+        own = {"Sec-Fetch-Site": "none"}  # typed or bookmarked: the user's own navigation
+        assert 'hx-trigger="load"' in client.get("/?story=guided", headers=own).text
         client.post("/actions/demo/start", headers=HTMX)
         seen: list[str] = []
         policies: list[str] = []

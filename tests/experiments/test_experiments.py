@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from experiments import ablation, compare, dynamic
+from experiments import stability as stability_experiment
 from experiments.metrics import prediction_errors, stability, summarize
 from experiments.runner import run_policy
 from experiments.scenario import Scenario, load_scenario
@@ -137,3 +138,18 @@ def test_the_dwell_stops_units_flapping_in_steady_state(params) -> None:
     # once the calibration has converged (its first ~15 s move units as predictions correct)
     settled = [t.changes for t in held.ticks if t.t_s >= 15.0]
     assert sum(c.flaps for c in settled) == 0 and sum(c.levels for c in settled) == 0
+
+
+def test_stability_run_holds_make_runs_deadlines_without_flapping(tmp_path: Path) -> None:
+    """`parfusion experiment stability`, short: make run's intents, steady and disturbed."""
+    json_path, md = stability_experiment.run(40.0, 1, tmp_path, progress=False)
+    doc = json.loads(json_path.read_text())
+    steady = doc["runs"]["steady"]
+    assert steady["stability"]["steady"]["flaps"] == 0
+    for intent_id, held in steady["deadlines_held"].items():
+        assert held["steady"]["admitted_windows"] >= 10, intent_id
+        assert held["steady"]["held_pct"] >= 95.0, (intent_id, held)
+        assert steady["prediction_error"][intent_id]["steady_median_pct"] < 15.0
+    disturbed = doc["runs"]["disturbed"]
+    assert [e["kind"] for e in disturbed["events"]] == ["disturbance"]
+    assert "| disturbed | demo-online-inference |" in md.read_text()

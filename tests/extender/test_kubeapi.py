@@ -121,7 +121,6 @@ def test_bind_creates_the_binding_through_the_api(home: Path, api_server: FakeAp
             "telemetry": False,
             "kube_api": "kubeconfig",
             "kubeconfig": str(_kubeconfig(home, api_server.url)),
-            "node_refresh_s": 60,
         },
     )
     pod = samples.pod_object("det-0", namespace="vision", intent=samples.ONLINE_INTENT)
@@ -156,13 +155,6 @@ def test_bind_creates_the_binding_through_the_api(home: Path, api_server: FakeAp
         assert "409" in error and "already assigned" in error
         text = c.get("/metrics").text
         assert 'parfusion_extender_bindings_total{mode="api",outcome="error"} 1.0' in text
-
-
-def test_node_list_from_the_api(tmp_path: Path, api_server: FakeApiServer) -> None:
-    api = connect("kubeconfig", str(_kubeconfig(tmp_path, api_server.url)), timeout_s=2)
-    assert api is not None
-    heads = api.list_nodes()
-    assert [h.metadata.name for h in heads] == [n[0] for n in samples.SAMPLE_NODES]
 
 
 def test_unknown_mode_is_refused() -> None:

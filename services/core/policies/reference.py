@@ -24,7 +24,9 @@ from services.core.table import IntentTable, build_table
 NO_KNOBS = Knobs(cross_layer=False, gpu_intent=False)
 
 
-def _first_fit(ask: np.ndarray, order: np.ndarray, capacity: int, floor: np.ndarray | None = None):
+def _first_fit(
+    ask: np.ndarray, order: np.ndarray, capacity: int, floor: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray, int]:
     """Grant ask[i] in `order` while it fits; if it does not, grant `floor[i]` when that fits."""
     units = np.zeros(len(ask), dtype=np.int64)
     outcome = np.full(len(ask), BATCH_ADMITTED, dtype=np.int64)
@@ -42,28 +44,31 @@ def _first_fit(ask: np.ndarray, order: np.ndarray, capacity: int, floor: np.ndar
 
 
 def _requests(table: IntentTable) -> np.ndarray:
-    return np.minimum(np.where(table.preferred > 0, table.preferred, table.min_units), table.cap)
+    asked: np.ndarray = np.minimum(
+        np.where(table.preferred > 0, table.preferred, table.min_units), table.cap
+    )
+    return asked
 
 
-def baseline_units(table: IntentTable, capacity: int):
+def baseline_units(table: IntentTable, capacity: int) -> tuple[np.ndarray, np.ndarray]:
     order = np.lexsort((np.arange(table.n), table.seq, -table.weight))
     units, outcome, _ = _first_fit(_requests(table), order, capacity)
     return units, outcome
 
 
-def fifo_units(table: IntentTable, capacity: int):
+def fifo_units(table: IntentTable, capacity: int) -> tuple[np.ndarray, np.ndarray]:
     order = np.lexsort((np.arange(table.n), table.seq))
     units, outcome, _ = _first_fit(table.cap, order, capacity, floor=table.min_units)
     return units, outcome
 
 
-def static_units(table: IntentTable, capacity: int):
+def static_units(table: IntentTable, capacity: int) -> tuple[np.ndarray, np.ndarray]:
     order = np.lexsort((np.arange(table.n), table.seq))
     units, outcome, _ = _first_fit(_requests(table), order, capacity)
     return units, outcome
 
 
-def loadbalance_units(table: IntentTable, capacity: int):
+def loadbalance_units(table: IntentTable, capacity: int) -> tuple[np.ndarray, np.ndarray]:
     """Even spread: raise a common level t, each intent holding clip(t, min, cap), to the largest
     t that fits; the remainder goes one unit each in submission order."""
     n = table.n

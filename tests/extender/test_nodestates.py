@@ -1,0 +1,65 @@
+"""NodeIntentState objects as the extender reads them (the watches run in tests/kube)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import msgspec
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from services.extender.nodestates import NodeIntentStateObject, heartbeat_age_s, telemetry_of
+
+ONLINE = {"id": "u1", "name": "web", "workloadClass": "WORKLOAD_CLASS_ONLINE",
+          "slo": {"deadlineMs": 40}, "parallelism": {"min": 1, "max": 4}}  # fmt: skip
+
+
+def _state(status: Any) -> NodeIntentStateObject:
+    return msgspec.convert({"metadata": {"name": "n1"}, "status": status}, NodeIntentStateObject)
+
+
+def test_a_state_becomes_the_nodes_telemetry() -> None:
+    report = telemetry_of(
+        _state(
+            {
+                "capacityUnits": 16,
+                "contention": 0.25,
+                "lanes": [{"name": "online", "gpus": 2, "shareUnits": 200}, {"name": "batch"}],
+                "residents": [{"id": "u1", "intent": ONLINE}, {"id": "no-intent"}],
+            }
+        ),
+        123.0,
+    )
+    assert report is not None
+    assert (report.node, report.cpu_units, report.contention) == ("n1", 16, 0.25)
+    assert [lane.name for lane in report.lanes or ()] == ["online"]  # lanes with GPUs only
+    assert [r.id for r in report.residents] == ["u1"] and report.observed_at == 123.0
+    assert telemetry_of(_state({"capacityUnits": 4}), 0).lanes is None  # Node labels stand
+    assert telemetry_of(_state(None), 0) is None
+
+
+def test_heartbeat_age() -> None:
+    now = time.time()
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now - 5))
+    assert 4 <= heartbeat_age_s(stamp, now) <= 6
+    assert heartbeat_age_s("", now) == float("inf")
+    assert heartbeat_age_s("yesterday", now) == float("inf")
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.dictionaries(
+            st.sampled_from(["workloadClass", "slo", "parallelism", "gpu", "degradation", "id"]),
+            st.one_of(st.integers(-5, 10**12), st.text(max_size=30), st.floats(), st.none(),
+                      st.dictionaries(st.text(max_size=10), st.integers())),
+        ),
+        max_size=4,
+    )
+)  # fmt: skip
+def test_hand_edited_residents_are_skipped_not_fatal(intents: list[dict[str, Any]]) -> None:
+    report = telemetry_of(
+        _state({"capacityUnits": 8, "residents": [{"id": "x", "intent": i} for i in intents]}), 0
+    )
+    assert report is not None and len(report.residents) <= len(intents)
