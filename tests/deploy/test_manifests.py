@@ -11,6 +11,7 @@ import yaml
 from google.protobuf import json_format
 
 from parfusion import deploy
+from parfusion.deploy_objects import NAMESPACE, NODE_SERVICES
 from parfusion.deploy_scheduler import SCHEDULER_NAME
 from parfusion.services import BY_NAME, SERVICES
 from parfusion.v1 import intent_pb2
@@ -62,7 +63,7 @@ def test_every_object_is_well_formed_and_namespaced() -> None:
         if doc["kind"] in CLUSTER_SCOPED:
             assert "namespace" not in doc["metadata"]
         elif doc["kind"] not in ("Pod", "ResourceIntent"):  # examples live with the workloads
-            assert doc["metadata"]["namespace"] in (deploy.NAMESPACE, "kube-system"), key
+            assert doc["metadata"]["namespace"] in (NAMESPACE, "kube-system"), key
 
 
 def _workloads() -> dict[str, dict[str, Any]]:
@@ -76,7 +77,7 @@ def test_every_service_runs_with_the_tables_command_and_ports() -> None:
             containers[c["name"]] = (workload["kind"], c)
     for spec in SERVICES:
         kind, c = containers[spec.name]
-        assert kind == ("DaemonSet" if spec.name in deploy.NODE_SERVICES else "Deployment")
+        assert kind == ("DaemonSet" if spec.name in NODE_SERVICES else "Deployment")
         assert c["command"] == spec.command(host="0.0.0.0")
         assert tuple(p["containerPort"] for p in c["ports"]) == spec.ports
         probe = c["readinessProbe"]
@@ -118,7 +119,7 @@ def test_service_accounts_and_role_references_exist() -> None:
         for name, b in _by_kind(kind).items():
             assert b["roleRef"]["name"] in roles, name
             for subject in b["subjects"]:
-                assert subject["name"] in accounts and subject["namespace"] == deploy.NAMESPACE
+                assert subject["name"] in accounts and subject["namespace"] == NAMESPACE
 
 
 def _service_endpoints() -> set[tuple[str, int]]:
