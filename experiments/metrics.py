@@ -149,8 +149,10 @@ def steady_ticks(run: PolicyRun) -> list[bool]:
             open_at = e["at_s"]
         elif e["kind"] == "urgent_end":
             spans.append((open_at if open_at is not None else e["at_s"], e["at_s"]))
-        else:
+        elif e["kind"] == "disturbance":
             spans.append((e["at_s"], e["at_s"] + e["duration_s"]))
+        else:  # a load step or a service-time drift: a change at one instant
+            spans.append((e["at_s"], e["at_s"]))
     return [all(not a <= t.t_s < b + SETTLE_S for a, b in spans) for t in run.ticks]
 
 

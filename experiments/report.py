@@ -256,6 +256,8 @@ def render(
             f" (cpu {e['cpu_pressure']:.2f}, gpu {e['gpu_pressure']:.2f}, network "
             f"{e['network_pressure']:.2f} for {e['duration_s']:.1f} s)"
             if e["kind"] == "disturbance"
+            else f" ({e['intent']} x{e['factor']:g})"
+            if e["kind"] in ("load", "drift")
             else ""
         )
         for e in doc["scenario"]["events"]

@@ -164,6 +164,15 @@ def _fire(
         intents.pop(urgent.id, None)
         predictor.forget(urgent.id)
         return True
+    if event.kind == "load":  # the intent is updated with its new arrival rate, as a user would
+        stepped = intent_pb2.ResourceIntent()
+        stepped.CopyFrom(intents[event.intent_id])
+        stepped.demand.arrival_rate_per_s *= event.factor
+        intents[event.intent_id] = stepped
+        return True
+    if event.kind == "drift":  # the node's real cost moves; the intent still declares the old one
+        backend.set_service_drift(event.intent_id, event.factor)
+        return False
     assert event.disturbance is not None
     backend.inject_disturbance(event.disturbance)
     return False

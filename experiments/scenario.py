@@ -24,11 +24,15 @@ from services.sim.params import ModelParams
 @dataclass(frozen=True)
 class Event:
     at_s: float
-    kind: str  # "urgent_start", "urgent_end" or "disturbance"
+    kind: str  # "urgent_start", "urgent_end", "disturbance", "load" or "drift"
     disturbance: telemetry_pb2.Disturbance | None = None
+    intent_id: str = ""  # load / drift: the intent it changes
+    factor: float = 1.0  # load: x its declared arrival rate; drift: x its real service time
 
     def describe(self) -> dict[str, Any]:
         out: dict[str, Any] = {"at_s": round(self.at_s, 6), "kind": self.kind}
+        if self.kind in ("load", "drift"):
+            out.update(intent=self.intent_id, factor=self.factor)
         if self.disturbance is not None:
             d = self.disturbance
             out.update(
@@ -88,7 +92,17 @@ def load_scenario(params: ModelParams, name: str, seconds: float) -> Scenario:
                     ),
                 )
             )
+        elif e["kind"] in ("load", "drift"):
+            known = {x.id for x in intents}
+            if e.get("intent") not in known:
+                raise ConfigError(f"scenario.events.{name}[{i}].intent: one of {sorted(known)}")
+            factor = float(e.get("factor", 1.0))
+            if not 0.0 < factor <= 10.0:
+                raise ConfigError(f"scenario.events.{name}[{i}].factor: expected (0, 10]")
+            events.append(Event(at, e["kind"], intent_id=e["intent"], factor=factor))
         else:
-            raise ConfigError(f"scenario.events.{name}[{i}].kind: urgent or disturbance")
+            raise ConfigError(
+                f"scenario.events.{name}[{i}].kind: urgent, disturbance, load or drift"
+            )
     events.sort(key=lambda ev: ev.at_s)
     return Scenario(name, seconds, intents, urgent, tuple(events))

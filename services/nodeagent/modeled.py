@@ -59,6 +59,8 @@ class ModeledBackend:
         self._origin = clock()
         self._lock = threading.Lock()
         self._generation = 0
+        # per intent: how much slower than declared its work really runs (experiments' drift)
+        self._drift: dict[str, float] = {}
         self._units: dict[str, int] = {}  # units held per intent in the plan in force
         # the Assignment each pool was last reported with: a changed_pools_only telemetry reports
         # only pools whose Assignment object changed (a plan replaces it, never edits it)
@@ -125,7 +127,8 @@ class ModeledBackend:
             intent_id=a.intent_id,
             name=a.intent_name or a.intent_id,
             workload_class=cls,
-            base_service_ms=a.base_service_ms or self.options.default_service_ms,
+            base_service_ms=(a.base_service_ms or self.options.default_service_ms)
+            * self._drift.get(a.intent_id, 1.0),
             parallel_fraction=a.parallel_fraction or 0.9,
             deadline_ms=a.deadline_ms if cls != "BATCH" else 0.0,
             arrival_rate_per_s=a.arrival_rate_per_s if cls != "BATCH" else 0.0,
@@ -330,6 +333,15 @@ class ModeledBackend:
         return [100.0 * min(1.0, b + spread / cores) for b in busy]
 
     # -- disturbance and processes ---------------------------------------------------------
+
+    def set_service_drift(self, intent_id: str, factor: float) -> None:
+        """From the next plan on, `intent_id`'s requests take `factor` x its declared base
+        service time: the drift between what an intent declares and what it costs, which only
+        observations reveal (the experiments' `drift` event)."""
+        if not 0.0 < factor < 100.0:
+            raise ValueError("drift factor must be in (0, 100)")
+        with self._lock:
+            self._drift[intent_id] = factor
 
     def inject_disturbance(self, disturbance: telemetry_pb2.Disturbance) -> tuple[bool, float]:
         """Accepted on the modeled node: it slows the model, no real stress is started."""
