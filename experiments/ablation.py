@@ -22,7 +22,7 @@ ABLATIONS: dict[str, tuple[str, tuple[str, ...]]] = {
         ("online_miss", "batch"),
     ),
     "static": (
-        "feedback: fixed preferred units from the first plan, no reaction to observed times",
+        "feedback: fixed preferred units from the first plan, each pinned to its own cores",
         ("online_miss",),
     ),
     "edf-only": (

@@ -26,7 +26,7 @@ from parfusion.v1 import intent_pb2 as parfusion_dot_v1_dot_intent__pb2
 from parfusion.v1 import telemetry_pb2 as parfusion_dot_v1_dot_telemetry__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1cparfusion/v1/nodeagent.proto\x12\x0cparfusion.v1\x1a\x19parfusion/v1/intent.proto\x1a\x1cparfusion/v1/telemetry.proto\"<\n\x14\x41pplyNodePlanRequest\x12$\n\x04plan\x18\x01 \x01(\x0b\x32\x16.parfusion.v1.NodePlan\"y\n\x11\x41ppliedAllocation\x12\x11\n\tintent_id\x18\x01 \x01(\t\x12\x0f\n\x07workers\x18\x02 \x01(\r\x12\x0f\n\x07\x63pu_set\x18\x03 \x03(\r\x12\x0c\n\x04nice\x18\x04 \x01(\x05\x12\x13\n\x0b\x63group_mode\x18\x05 \x01(\t\x12\x0c\n\x04note\x18\x06 \x01(\t\"w\n\x15\x41pplyNodePlanResponse\x12\x12\n\ngeneration\x18\x01 \x01(\x04\x12\x30\n\x07\x61pplied\x18\x02 \x03(\x0b\x32\x1f.parfusion.v1.AppliedAllocation\x12\x18\n\x10\x63group_plan_path\x18\x03 \x01(\t\"0\n\x17GetNodeTelemetryRequest\x12\x15\n\rdrain_samples\x18\x01 \x01(\x08\"J\n\x18GetNodeTelemetryResponse\x12.\n\ttelemetry\x18\x01 \x01(\x0b\x32\x1b.parfusion.v1.NodeTelemetry\"J\n\x18InjectDisturbanceRequest\x12.\n\x0b\x64isturbance\x18\x01 \x01(\x0b\x32\x19.parfusion.v1.Disturbance\"T\n\x19InjectDisturbanceResponse\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x01 \x01(\x08\x12\x0f\n\x07\x62\x61\x63kend\x18\x02 \x01(\t\x12\x14\n\x0c\x65xpires_in_s\x18\x03 \x01(\x01\"C\n\x15\x43ontrolProcessRequest\x12\x0b\n\x03pid\x18\x01 \x01(\r\x12\x0f\n\x07\x63pu_set\x18\x02 \x03(\r\x12\x0c\n\x04nice\x18\x03 \x01(\x05\"D\n\x16\x43ontrolProcessResponse\x12\x0b\n\x03pid\x18\x01 \x01(\r\x12\x0f\n\x07\x63pu_set\x18\x02 \x03(\r\x12\x0c\n\x04nice\x18\x03 \x01(\x05\x32\x92\x03\n\x10NodeAgentService\x12X\n\rApplyNodePlan\x12\".parfusion.v1.ApplyNodePlanRequest\x1a#.parfusion.v1.ApplyNodePlanResponse\x12\x61\n\x10GetNodeTelemetry\x12%.parfusion.v1.GetNodeTelemetryRequest\x1a&.parfusion.v1.GetNodeTelemetryResponse\x12\x64\n\x11InjectDisturbance\x12&.parfusion.v1.InjectDisturbanceRequest\x1a\'.parfusion.v1.InjectDisturbanceResponse\x12[\n\x0e\x43ontrolProcess\x12#.parfusion.v1.ControlProcessRequest\x1a$.parfusion.v1.ControlProcessResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1cparfusion/v1/nodeagent.proto\x12\x0cparfusion.v1\x1a\x19parfusion/v1/intent.proto\x1a\x1cparfusion/v1/telemetry.proto\"q\n\x14\x41pplyNodePlanRequest\x12$\n\x04plan\x18\x01 \x01(\x0b\x32\x16.parfusion.v1.NodePlan\x12\x17\n\x0f\x62\x61se_generation\x18\x02 \x01(\x04\x12\x1a\n\x12removed_intent_ids\x18\x03 \x03(\t\"y\n\x11\x41ppliedAllocation\x12\x11\n\tintent_id\x18\x01 \x01(\t\x12\x0f\n\x07workers\x18\x02 \x01(\r\x12\x0f\n\x07\x63pu_set\x18\x03 \x03(\r\x12\x0c\n\x04nice\x18\x04 \x01(\x05\x12\x13\n\x0b\x63group_mode\x18\x05 \x01(\t\x12\x0c\n\x04note\x18\x06 \x01(\t\"\x90\x01\n\x15\x41pplyNodePlanResponse\x12\x12\n\ngeneration\x18\x01 \x01(\x04\x12\x30\n\x07\x61pplied\x18\x02 \x03(\x0b\x32\x1f.parfusion.v1.AppliedAllocation\x12\x18\n\x10\x63group_plan_path\x18\x03 \x01(\t\x12\x17\n\x0fresync_required\x18\x04 \x01(\x08\"Y\n\x17GetNodeTelemetryRequest\x12\x15\n\rdrain_samples\x18\x01 \x01(\x08\x12\r\n\x05\x64\x65lta\x18\x02 \x01(\x08\x12\x18\n\x10known_generation\x18\x03 \x01(\x04\"\x93\x01\n\x18GetNodeTelemetryResponse\x12.\n\ttelemetry\x18\x01 \x01(\x0b\x32\x1b.parfusion.v1.NodeTelemetry\x12\x12\n\ngeneration\x18\x02 \x01(\x04\x12\x17\n\x0f\x62\x61se_generation\x18\x03 \x01(\x04\x12\x1a\n\x12removed_intent_ids\x18\x04 \x03(\t\"J\n\x18InjectDisturbanceRequest\x12.\n\x0b\x64isturbance\x18\x01 \x01(\x0b\x32\x19.parfusion.v1.Disturbance\"T\n\x19InjectDisturbanceResponse\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x01 \x01(\x08\x12\x0f\n\x07\x62\x61\x63kend\x18\x02 \x01(\t\x12\x14\n\x0c\x65xpires_in_s\x18\x03 \x01(\x01\"C\n\x15\x43ontrolProcessRequest\x12\x0b\n\x03pid\x18\x01 \x01(\r\x12\x0f\n\x07\x63pu_set\x18\x02 \x03(\r\x12\x0c\n\x04nice\x18\x03 \x01(\x05\"D\n\x16\x43ontrolProcessResponse\x12\x0b\n\x03pid\x18\x01 \x01(\r\x12\x0f\n\x07\x63pu_set\x18\x02 \x03(\r\x12\x0c\n\x04nice\x18\x03 \x01(\x05\x32\x92\x03\n\x10NodeAgentService\x12X\n\rApplyNodePlan\x12\".parfusion.v1.ApplyNodePlanRequest\x1a#.parfusion.v1.ApplyNodePlanResponse\x12\x61\n\x10GetNodeTelemetry\x12%.parfusion.v1.GetNodeTelemetryRequest\x1a&.parfusion.v1.GetNodeTelemetryResponse\x12\x64\n\x11InjectDisturbance\x12&.parfusion.v1.InjectDisturbanceRequest\x1a\'.parfusion.v1.InjectDisturbanceResponse\x12[\n\x0e\x43ontrolProcess\x12#.parfusion.v1.ControlProcessRequest\x1a$.parfusion.v1.ControlProcessResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,23 +34,23 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'parfusion.v1.nodeagent_pb2'
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_APPLYNODEPLANREQUEST']._serialized_start=103
-  _globals['_APPLYNODEPLANREQUEST']._serialized_end=163
-  _globals['_APPLIEDALLOCATION']._serialized_start=165
-  _globals['_APPLIEDALLOCATION']._serialized_end=286
-  _globals['_APPLYNODEPLANRESPONSE']._serialized_start=288
-  _globals['_APPLYNODEPLANRESPONSE']._serialized_end=407
-  _globals['_GETNODETELEMETRYREQUEST']._serialized_start=409
-  _globals['_GETNODETELEMETRYREQUEST']._serialized_end=457
-  _globals['_GETNODETELEMETRYRESPONSE']._serialized_start=459
-  _globals['_GETNODETELEMETRYRESPONSE']._serialized_end=533
-  _globals['_INJECTDISTURBANCEREQUEST']._serialized_start=535
-  _globals['_INJECTDISTURBANCEREQUEST']._serialized_end=609
-  _globals['_INJECTDISTURBANCERESPONSE']._serialized_start=611
-  _globals['_INJECTDISTURBANCERESPONSE']._serialized_end=695
-  _globals['_CONTROLPROCESSREQUEST']._serialized_start=697
-  _globals['_CONTROLPROCESSREQUEST']._serialized_end=764
-  _globals['_CONTROLPROCESSRESPONSE']._serialized_start=766
-  _globals['_CONTROLPROCESSRESPONSE']._serialized_end=834
-  _globals['_NODEAGENTSERVICE']._serialized_start=837
-  _globals['_NODEAGENTSERVICE']._serialized_end=1239
+  _globals['_APPLYNODEPLANREQUEST']._serialized_end=216
+  _globals['_APPLIEDALLOCATION']._serialized_start=218
+  _globals['_APPLIEDALLOCATION']._serialized_end=339
+  _globals['_APPLYNODEPLANRESPONSE']._serialized_start=342
+  _globals['_APPLYNODEPLANRESPONSE']._serialized_end=486
+  _globals['_GETNODETELEMETRYREQUEST']._serialized_start=488
+  _globals['_GETNODETELEMETRYREQUEST']._serialized_end=577
+  _globals['_GETNODETELEMETRYRESPONSE']._serialized_start=580
+  _globals['_GETNODETELEMETRYRESPONSE']._serialized_end=727
+  _globals['_INJECTDISTURBANCEREQUEST']._serialized_start=729
+  _globals['_INJECTDISTURBANCEREQUEST']._serialized_end=803
+  _globals['_INJECTDISTURBANCERESPONSE']._serialized_start=805
+  _globals['_INJECTDISTURBANCERESPONSE']._serialized_end=889
+  _globals['_CONTROLPROCESSREQUEST']._serialized_start=891
+  _globals['_CONTROLPROCESSREQUEST']._serialized_end=958
+  _globals['_CONTROLPROCESSRESPONSE']._serialized_start=960
+  _globals['_CONTROLPROCESSRESPONSE']._serialized_end=1028
+  _globals['_NODEAGENTSERVICE']._serialized_start=1031
+  _globals['_NODEAGENTSERVICE']._serialized_end=1433
 # @@protoc_insertion_point(module_scope)

@@ -28,6 +28,7 @@ from services.allocator.nodestate import Telemetry, node_state
 from services.allocator.peers import GpuLaneClient, NodeAgentClient
 from services.allocator.store import IntentStore, StoredIntent
 from services.allocator.watch import PlanFeed, PlanSnapshot
+from services.common.memory import ShrinkWatch, release_freed_memory
 from services.core import convert, model
 from services.core.policies.base import Policy
 from services.core.policies.registry import get_policy
@@ -127,6 +128,7 @@ class ControlLoop:
         self._plan_rows: dict[str, int] = {}
         self._workers: dict[str, int] = {}
         self._policy_error: str | None = None
+        self._shrink = ShrinkWatch()
         self.feed = PlanFeed()
         self.metrics = metrics.DecisionMetrics()
         self._stability_window = window_ticks(config.tick_s)
@@ -175,6 +177,13 @@ class ControlLoop:
     # --- one tick ----------------------------------------------------------------------------
 
     def tick(self) -> PlanSnapshot | None:
+        started = time.perf_counter()
+        snapshot = self._tick_once()
+        if snapshot is not None:
+            metrics.TICK_SECONDS.observe(time.perf_counter() - started)
+        return snapshot
+
+    def _tick_once(self) -> PlanSnapshot | None:
         pulls = self._start_pulls()
         specs, intents = self._current_intents()
         self._finish_pulls(pulls)
@@ -215,6 +224,14 @@ class ControlLoop:
         )
         gpu_plan = plans.gpu_plan(result, intents, node, generation=generation, created_at=created)
         snapshot = PlanSnapshot(node_plan=node_plan, gpu_plan=gpu_plan, generation=generation)
+        header = plans.node_plan_header(
+            result, node, generation=generation, created_at=created, decision_ms=seconds * 1000
+        )
+        entries = self._allocation_cache.by_intent()
+        metrics.PLAN_SIZE.labels("node").set(
+            header.ByteSize() + sum(len(e) for e in entries.values())
+        )
+        metrics.PLAN_SIZE.labels("gpu").set(gpu_plan.ByteSize())
         rows, workers = self._allocation_cache.rows, self._allocation_cache.workers
         with self._lock:
             self._plan, self._plan_rows, self._workers = node_plan, rows, workers
@@ -223,7 +240,7 @@ class ControlLoop:
             self._names, self._names_of = {s.id: s.name for s in specs}, specs
         self.metrics.record(result, self._names, seconds, tick, self._stability_window)
         metrics.set_node_stale(node.stale)
-        self._push(snapshot)
+        self._push(snapshot, header, entries)
         return snapshot
 
     def _current_intents(
@@ -261,6 +278,8 @@ class ControlLoop:
                 self._workers = {i: w for i, w in self._workers.items() if i not in gone}
         self._stats.forget(gone)
         self.metrics.forget(gone)
+        if self._shrink.shrunk(len(intents)):
+            release_freed_memory()  # thousands of intents left: give their memory back
         counts: dict[str, int] = {}
         for _, spec in fresh.values():
             counts[spec.workload_class] = counts.get(spec.workload_class, 0) + 1
@@ -279,9 +298,11 @@ class ControlLoop:
         gpu = self.gpulane.finish_pull(gpu_future) if self.gpulane and gpu_future else None
         self._accept(node, gpu)
 
-    def _push(self, snapshot: PlanSnapshot) -> None:
+    def _push(
+        self, snapshot: PlanSnapshot, header: intent_pb2.NodePlan, entries: dict[str, bytes]
+    ) -> None:
         timeout = self.config.rpc_timeout_s
-        node = self.nodeagent.start_push(snapshot.node_plan, timeout) if self.nodeagent else None
+        node = self.nodeagent.start_push(header, entries, timeout) if self.nodeagent else None
         gpu = self.gpulane.start_push(snapshot.gpu_plan, timeout) if self.gpulane else None
         if self.nodeagent and node is not None:
             self.nodeagent.finish_push(node)

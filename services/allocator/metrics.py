@@ -75,6 +75,26 @@ PLAN_FLAPS = Counter(
 INTENTS = Gauge("parfusion_allocator_intents", "Intents in the store", ["workload_class"])
 TICKS = Counter("parfusion_allocator_ticks_total", "Control-loop ticks that produced a plan")
 NODE_STALE = Gauge("parfusion_allocator_node_stale", "1 while the node agent's telemetry is stale")
+TICK_SECONDS = Histogram(
+    "parfusion_allocator_tick_duration_seconds",
+    "Wall time of one control-loop tick: intents, telemetry pull, policy, plans, publish, push",
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.125, 0.15, 0.2, 0.25, 0.3, 0.5, 1.0, 2.5),
+)
+PLAN_SIZE = Gauge(
+    "parfusion_allocator_plan_size_bytes",
+    "Serialized size of the last whole plan (node: NodePlan, gpu: GpuPlan)",
+    ["plan"],
+)
+PEER_BYTES = Counter(
+    "parfusion_allocator_peer_bytes_total",
+    "Bytes of plans and telemetry exchanged with the node agent and gpulane (message sizes)",
+    ["peer", "direction"],
+)
+RESYNCS = Counter(
+    "parfusion_allocator_resyncs_total",
+    "Deltas a side did not hold the base of, answered by a whole plan or telemetry reply",
+    ["peer", "stream"],
+)
 
 PER_INTENT = (UNITS, RISK, SLACK, NMU)
 CALIBRATION = (PREDICTION_ERROR, LATENCY_CORRECTION)  # set from telemetry, not from the plan

@@ -3,6 +3,12 @@
 Every call carries a deadline (about half a tick) and is started as a future so the node and
 GPU calls overlap. A peer that fails is logged once when it goes down and once when it comes
 back, never once per tick, and never stops the loop: the channel reconnects by itself.
+
+The node agent gets plans, and sends telemetry, as deltas against a generation both sides hold
+(services.common.delta): a plan carries the allocations whose serialized entry changed since the
+plan the agent acknowledged, and a failed push or a resync asked for sends the whole plan next;
+telemetry carries the pools that changed and the intents with new samples since the reply the
+loop holds. The bytes each way are counted per peer (parfusion_allocator_peer_bytes_total).
 """
 
 from __future__ import annotations
@@ -22,11 +28,14 @@ from parfusion.v1 import (
     nodeagent_pb2_grpc,
     telemetry_pb2,
 )
+from services.allocator import metrics
 from services.common.clients import channel
+from services.common.delta import DeltaSender, HeldState
 
 log = logging.getLogger(__name__)
 
 RECONNECT_S = 1.0
+RESYNC_TIMEOUT_S = 2.0  # deadline of a telemetry pull that asks for everything
 
 
 class PeerHealth:
@@ -101,25 +110,78 @@ class NodeAgentClient(_Peer):
         super().__init__("nodeagent", address, token)
         self.pull_health = PeerHealth("nodeagent", "GetNodeTelemetry")
         self.push_health = PeerHealth("nodeagent", "ApplyNodePlan")
+        self.plan_sent = DeltaSender()  # the plan the agent holds
+        self.pools = HeldState()  # the agent's pools as of the last telemetry reply
+        self._pushing: tuple[dict[str, bytes], int] | None = None
 
     def start_pull(self, timeout_s: float) -> Any:
         stub = nodeagent_pb2_grpc.NodeAgentServiceStub(self.channel())
-        return stub.GetNodeTelemetry.future(
-            nodeagent_pb2.GetNodeTelemetryRequest(drain_samples=True), timeout=timeout_s
+        request = nodeagent_pb2.GetNodeTelemetryRequest(
+            drain_samples=True, delta=True, known_generation=self.pools.generation
         )
+        if not self.pools.generation:
+            # a whole reply (every pool) can take the agent longer than a tick at 10,000
+            # intents: cut off at the usual deadline it would be asked for again, forever
+            timeout_s = max(timeout_s, RESYNC_TIMEOUT_S)
+        return stub.GetNodeTelemetry.future(request, timeout=timeout_s)
 
     def finish_pull(self, future: Any) -> telemetry_pb2.NodeTelemetry | None:
         reply = self.result(future, self.pull_health)
-        return None if reply is None else reply.telemetry
+        if reply is None:
+            return None
+        metrics.PEER_BYTES.labels(self.name, "received").inc(reply.ByteSize())
+        pools = {p.intent_id: p.SerializeToString() for p in reply.telemetry.pools}
+        if not self.pools.apply(
+            reply.base_generation, reply.generation, pools, reply.removed_intent_ids
+        ):
+            # a delta against a reply this side does not hold: its samples are still real
+            # observations; the next pull asks for everything
+            self.pools.clear()
+            metrics.RESYNCS.labels(self.name, "telemetry").inc()
+        telemetry: telemetry_pb2.NodeTelemetry = reply.telemetry
+        # a delta holds only the pools that changed: the intents it reports samples for get
+        # their pool as held, so the samples are read at the workers they ran with
+        for summary in telemetry.latencies:
+            held = self.pools.entries.get(summary.intent_id)
+            if held is not None and summary.intent_id not in pools:
+                telemetry.pools.add().MergeFromString(held)
+        return telemetry
 
-    def start_push(self, plan: intent_pb2.NodePlan, timeout_s: float) -> Any:
-        stub = nodeagent_pb2_grpc.NodeAgentServiceStub(self.channel())
-        return stub.ApplyNodePlan.future(
-            nodeagent_pb2.ApplyNodePlanRequest(plan=plan), timeout=timeout_s
+    def start_push(
+        self, header: intent_pb2.NodePlan, entries: dict[str, bytes], timeout_s: float
+    ) -> Any:
+        """Push the plan made of ``header`` and ``entries`` (NodePlan-wrapped allocations per
+        intent id, in plan order), as the delta against the plan the agent holds."""
+        delta = self.plan_sent.diff(entries)
+        body = header.SerializeToString() + b"".join(entries[k] for k in delta.changed)
+        request = nodeagent_pb2.ApplyNodePlanRequest(
+            plan=intent_pb2.NodePlan.FromString(body),
+            base_generation=delta.base,
+            removed_intent_ids=delta.removed,
         )
+        metrics.PEER_BYTES.labels(self.name, "sent").inc(request.ByteSize())
+        self._pushing = (entries, header.generation)
+        stub = nodeagent_pb2_grpc.NodeAgentServiceStub(self.channel())
+        return stub.ApplyNodePlan.future(request, timeout=timeout_s)
 
     def finish_push(self, future: Any) -> bool:
-        return self.result(future, self.push_health) is not None
+        reply = self.result(future, self.push_health)
+        pushing, self._pushing = self._pushing, None
+        if pushing is None:
+            return False
+        if reply is None:
+            # Applied or not, unknown. A push past its deadline is usually still applied (the
+            # agent finishes it and takes the next one after it), so the next goes as a delta
+            # against this plan: a wrong guess costs one resync_required and a whole plan.
+            self.plan_sent.held(*pushing)
+            return False
+        metrics.PEER_BYTES.labels(self.name, "received").inc(reply.ByteSize())
+        if reply.resync_required:
+            self.plan_sent.forget()
+            metrics.RESYNCS.labels(self.name, "plan").inc()
+            return False
+        self.plan_sent.held(*pushing)
+        return True
 
 
 class GpuLaneClient(_Peer):
@@ -134,15 +196,22 @@ class GpuLaneClient(_Peer):
 
     def finish_pull(self, future: Any) -> telemetry_pb2.GpuTelemetry | None:
         reply = self.result(future, self.pull_health)
-        return None if reply is None else reply.telemetry
+        if reply is None:
+            return None
+        metrics.PEER_BYTES.labels(self.name, "received").inc(reply.ByteSize())
+        return reply.telemetry  # type: ignore[no-any-return]
 
     def start_push(self, plan: intent_pb2.GpuPlan, timeout_s: float) -> Any:
         # Mode left UNSPECIFIED: whether commands run or are only previewed is gpulane's own
         # configuration (dry-run by default), not something a plan can switch on.
         stub = gpulane_pb2_grpc.GpuLaneServiceStub(self.channel())
-        return stub.ApplyGpuPlan.future(
-            gpulane_pb2.ApplyGpuPlanRequest(plan=plan), timeout=timeout_s
-        )
+        request = gpulane_pb2.ApplyGpuPlanRequest(plan=plan)
+        metrics.PEER_BYTES.labels(self.name, "sent").inc(request.ByteSize())
+        return stub.ApplyGpuPlan.future(request, timeout=timeout_s)
 
     def finish_push(self, future: Any) -> bool:
-        return self.result(future, self.push_health) is not None
+        reply = self.result(future, self.push_health)
+        if reply is None:
+            return False
+        metrics.PEER_BYTES.labels(self.name, "received").inc(reply.ByteSize())
+        return True

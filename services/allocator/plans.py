@@ -154,6 +154,32 @@ class AllocationCache:
         self.workers = {intent_id: kept[3] for intent_id, kept in new.items()}
         return self._entries
 
+    def by_intent(self) -> dict[str, bytes]:
+        """The last plan's entries per intent id, in plan order (what a delta is taken from)."""
+        return {d.intent_id: self._kept[d.intent_id][2] for d in self._decisions}
+
+
+def node_plan_header(
+    result: model.PlanResult,
+    node: model.NodeState,
+    *,
+    generation: int,
+    created_at: Timestamp,
+    decision_ms: float,
+) -> intent_pb2.NodePlan:
+    """A NodePlan without its allocations: what a delta to the node agent carries besides them."""
+    plan = intent_pb2.NodePlan(
+        node=node.name,
+        generation=generation,
+        policy=result.policy,
+        cpu_units=node.cpu_units,
+        contention=result.contention,
+        node_stale=node.stale,
+        decision_ms=decision_ms,
+    )
+    plan.created_at.CopyFrom(created_at)
+    return plan
+
 
 def node_plan(
     result: model.PlanResult,
@@ -166,16 +192,9 @@ def node_plan(
     cache: AllocationCache | None = None,
 ) -> intent_pb2.NodePlan:
     """The tick's NodePlan; with `cache`, unchanged allocations come from the last plan's."""
-    plan = intent_pb2.NodePlan(
-        node=node.name,
-        generation=generation,
-        policy=result.policy,
-        cpu_units=node.cpu_units,
-        contention=result.contention,
-        node_stale=node.stale,
-        decision_ms=decision_ms,
+    plan = node_plan_header(
+        result, node, generation=generation, created_at=created_at, decision_ms=decision_ms
     )
-    plan.created_at.CopyFrom(created_at)
     if cache is None:
         plan.allocations.extend(allocation(d, intents.get(d.intent_id)) for d in result.decisions)
         return plan

@@ -15,11 +15,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import grpc
+
 from parfusion.v1 import allocator_pb2, allocator_pb2_grpc
 from services.allocator.kubestatus import KubeSync, start_kube_sync
 from services.allocator.loop import ControlLoop, LoopConfig
 from services.allocator.store import DEFAULT_MAX_INTENTS, IntentStore, StoreUnusable
-from services.allocator.watch import END, PlanSnapshot
+from services.allocator.watch import END, PlanSnapshot, ReplyCache
 from services.common.config import ServiceSettings, parse_service_args, resolve_path
 from services.common.errors import InvalidArgument
 from services.common.grpc_server import (
@@ -70,6 +72,7 @@ class AllocatorServicer(allocator_pb2_grpc.AllocatorServiceServicer):
         self.loop = loop
         self.known_lanes = known_lanes
         self.node_name = node_name
+        self._plan_replies = ReplyCache()  # GetPlan replies, shared within a tick
         self.watch_queue = watch_queue
 
     # --- intents -----------------------------------------------------------------------------
@@ -116,16 +119,14 @@ class AllocatorServicer(allocator_pb2_grpc.AllocatorServiceServicer):
     # --- plans -------------------------------------------------------------------------------
 
     def GetPlan(self, request: Any, context: Any) -> Any:  # noqa: N802
+        # bytes: the plans as serialized once per tick (PlanSnapshot.wire), then this call's own
+        # fields; serialize_reply passes them through
         reply = allocator_pb2.GetPlanResponse(policy=self.loop.policy_name)
-        current = self.loop.current()
-        if current is not None:
-            reply.node_plan.CopyFrom(current.node_plan)
-            reply.gpu_plan.CopyFrom(current.gpu_plan)
         stale, last_at = self.loop.node_status()
         reply.node_stale = stale
         if last_at is not None:
             reply.last_telemetry_at.CopyFrom(last_at)
-        return reply
+        return self._plan_replies.reply(self.loop.current(), reply.SerializeToString())
 
     async def WatchPlans(self, request: Any, context: Any) -> AsyncIterator[Any]:  # noqa: N802
         sub = self.loop.feed.subscribe(self.watch_queue)
@@ -135,14 +136,14 @@ class AllocatorServicer(allocator_pb2_grpc.AllocatorServiceServicer):
                 current = self.loop.current()
                 if current is not None:
                     last_sent = current.generation
-                    yield _watch_reply(current)
+                    yield current.wire
             while True:  # a cancelled call (client gone) ends here with CancelledError
                 item = await sub.next()
                 if item is END:
                     return
                 if isinstance(item, PlanSnapshot) and item.generation > last_sent:
                     last_sent = item.generation
-                    yield _watch_reply(item)
+                    yield item.wire
         finally:
             self.loop.feed.unsubscribe(sub)
 
@@ -191,10 +192,27 @@ class AllocatorServicer(allocator_pb2_grpc.AllocatorServiceServicer):
         return allocator_pb2.ReportTelemetryResponse(plan_generation=self.loop.report(node, gpu))
 
 
-def _watch_reply(snapshot: PlanSnapshot) -> Any:
-    return allocator_pb2.WatchPlansResponse(
-        node_plan=snapshot.node_plan, gpu_plan=snapshot.gpu_plan
-    )
+def serialize_reply(reply: Any) -> bytes:
+    """A reply as it goes on the wire: bytes already serialized pass through as they are."""
+    return reply if isinstance(reply, bytes) else reply.SerializeToString()  # type: ignore[no-any-return]
+
+
+def add_allocator_service(servicer: AllocatorServicer, server: Any) -> None:
+    """The generated registration, with GetPlan and WatchPlans answering serialized bytes."""
+    handlers: dict[str, Any] = {}
+
+    class _Collect:
+        def add_generic_rpc_handlers(self, generic: Any) -> None:
+            pass
+
+        def add_registered_method_handlers(self, service: str, methods: Any) -> None:
+            handlers.update(methods)
+
+    allocator_pb2_grpc.add_AllocatorServiceServicer_to_server(servicer, _Collect())
+    for method in ("GetPlan", "WatchPlans"):
+        handlers[method] = handlers[method]._replace(response_serializer=serialize_reply)
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
+    server.add_registered_method_handlers(SERVICE_NAME, handlers)
 
 
 # --- construction ----------------------------------------------------------------------------
@@ -295,9 +313,7 @@ def build_allocator(
     except Exception:
         handle.stop()
         raise
-    registrations: list[Registration] = [
-        (allocator_pb2_grpc.add_AllocatorServiceServicer_to_server, servicer, SERVICE_NAME)
-    ]
+    registrations: list[Registration] = [(add_allocator_service, servicer, SERVICE_NAME)]
     return registrations, [handle.stop], handle
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import functools
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -26,6 +27,48 @@ class PlanSnapshot:
     node_plan: intent_pb2.NodePlan
     gpu_plan: intent_pb2.GpuPlan
     generation: int
+
+    @functools.cached_property
+    def wire(self) -> bytes:
+        """The two plans as fields 1 and 2, serialized once per plan.
+
+        GetPlanResponse and WatchPlansResponse both carry them as fields 1 and 2, so every
+        GetPlan and every stream of this plan sends these bytes (plus its own small fields)
+        instead of copying and serializing 10,000 allocations again (about 50 ms each)."""
+        return _length_delimited(1, self.node_plan.SerializeToString()) + _length_delimited(
+            2, self.gpu_plan.SerializeToString()
+        )
+
+
+class ReplyCache:
+    """The last reply built from a snapshot and a call's own fields: calls in the same tick
+    with the same staleness and policy share one bytes object (each reply would otherwise be
+    a new 1.8 MB copy at 10,000 intents, held until it is sent)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._key: tuple[PlanSnapshot | None, bytes] | None = None
+        self._reply = b""
+
+    def reply(self, snapshot: PlanSnapshot | None, own: bytes) -> bytes:
+        with self._lock:
+            if self._key is not None and self._key[0] is snapshot and self._key[1] == own:
+                return self._reply
+        reply = own if snapshot is None else snapshot.wire + own
+        with self._lock:
+            self._key, self._reply = (snapshot, own), reply
+        return reply
+
+
+def _length_delimited(field_number: int, payload: bytes) -> bytes:
+    """One embedded-message field in protobuf's wire format: key, length (varint), payload."""
+    head = bytearray()
+    for value in (field_number << 3 | 2, len(payload)):
+        while value > 0x7F:
+            head.append(value & 0x7F | 0x80)
+            value >>= 7
+        head.append(value)
+    return bytes(head) + payload
 
 
 class _End:

@@ -50,6 +50,7 @@ DEFAULT_GPU_CONCURRENCY_CAP = 4
 class Knobs:
     cross_layer: bool = True  # OS knobs (cpu set, nice, scheduler class, cgroup)
     gpu_intent: bool = True  # GPU lane, share, stream priority, concurrency
+    pinned: bool = False  # without cross_layer: each intent's units pinned to its own cores
 
 
 def _clip(a: np.ndarray, lo: float, hi: float) -> np.ndarray:
@@ -98,6 +99,28 @@ def cpu_sets(
     for i in (running & ~exclusive).nonzero()[0].tolist():
         sets[i] = shared
     return sets, exclusive
+
+
+def pinned_sets(units: np.ndarray, cpu_ids: tuple[int, ...]) -> list[tuple[int, ...]]:
+    """The Kubernetes static CPU manager's placement: each intent, in table order, gets as many
+    cores of its own as it holds units (Guaranteed pods with integer requests) while cores are
+    left; one that no longer fits shares the cores nobody owns (all of them when none are left).
+    """
+    sets: list[tuple[int, ...]] = [()] * len(units)
+    pos = 0
+    left_out = []
+    for i, u in enumerate(units.tolist()):
+        if u <= 0:
+            continue
+        if pos + u <= len(cpu_ids):
+            sets[i] = cpu_ids[pos : pos + u]
+            pos += u
+        else:
+            left_out.append(i)
+    shared = cpu_ids[pos:] or cpu_ids
+    for i in left_out:
+        sets[i] = shared
+    return sets
 
 
 def idle_workers(
@@ -311,7 +334,7 @@ def decide(
                     f"; +{int(extra[i])} {where} (SCHED_IDLE, nice 19: only cycles other work leaves)"
                 )
     else:
-        sets = [()] * n
+        sets = pinned_sets(units, tuple(node.cpu_ids)) if knobs.pinned else [()] * n
         nice_l, sched_l, weight_l, cpu_max = [0] * n, ["other"] * n, [100] * n, ["max"] * n
 
     gpu_on = knobs.cross_layer and knobs.gpu_intent

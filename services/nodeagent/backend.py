@@ -82,6 +82,9 @@ class NodeBackend(Protocol):
     Contract: ``apply`` is all-or-nothing (a plan it cannot honour raises a DomainError and
     leaves the previous plan running); ``telemetry`` never blocks for long (it is pulled every
     allocator tick) and drains ``recent_service_ms`` so each sample is reported once;
+    ``sampled_only`` leaves out the latency summaries of intents with no new samples and
+    ``changed_pools_only`` may leave out pools not changed since the last draining read (never
+    one that did): the loop's delta telemetry sends no others; ``pool_ids`` names every pool;
     ``owned_pids`` lists exactly the processes this backend started (ControlProcess refuses
     every other PID); ``stop`` ends every such process.
     """
@@ -92,9 +95,13 @@ class NodeBackend(Protocol):
 
     def cgroup_plan_path(self) -> str: ...
 
-    def telemetry(self, drain: bool = True) -> telemetry_pb2.NodeTelemetry: ...
+    def telemetry(
+        self, drain: bool = True, sampled_only: bool = False, changed_pools_only: bool = False
+    ) -> telemetry_pb2.NodeTelemetry: ...
 
     def inject_disturbance(self, disturbance: telemetry_pb2.Disturbance) -> tuple[bool, float]: ...
+
+    def pool_ids(self) -> set[str]: ...
 
     def owned_pids(self) -> set[int]: ...
 
@@ -106,7 +113,7 @@ BackendFactory = Callable[[BackendOptions], NodeBackend]
 
 BACKENDS: dict[str, BackendFactory] = {
     "real": lazy("services.nodeagent.real:RealBackend"),
-    "modeled": lazy("services.nodeagent.modeled:ModeledBackend"),
+    "modeled": lazy("services.nodeagent.modeled:served"),
 }
 
 

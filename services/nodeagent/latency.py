@@ -63,6 +63,11 @@ class LatencyBook:
                 self._ends.popleft()
             return len(self._ends) / RATE_WINDOW_S
 
+    @property
+    def has_samples(self) -> bool:
+        """Service-time samples wait to be drained."""
+        return bool(self._recent)
+
     def summary(self, drain: bool = True) -> telemetry_pb2.LatencySummary:
         with self._lock:
             lat = np.sort(np.fromiter(self._latency, dtype=float, count=len(self._latency)))

@@ -20,3 +20,7 @@ CONTROL_REFUSED = Counter(
     "parfusion_nodeagent_control_refused_total",
     "ControlProcess calls refused because the PID is not the agent's",
 )
+MODEL_SKIPPED = Counter(
+    "parfusion_nodeagent_model_skipped_seconds_total",
+    "Model time the served modeled node skipped: simulating it took longer than it lasts",
+)

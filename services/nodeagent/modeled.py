@@ -16,21 +16,24 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from parfusion.v1 import intent_pb2, nodeagent_pb2, telemetry_pb2
 from services.common.errors import FailedPrecondition, InvalidArgument
 from services.core.convert import DEGRADATION_TO_MODEL
+from services.nodeagent import metrics
 from services.nodeagent.allocation import check_allocation, check_unique
 from services.nodeagent.backend import BackendOptions, next_generation
 from services.sim.disturbance import disturbance_from_proto, disturbance_to_proto
-from services.sim.node import ModeledNode
+from services.sim.node import IntentRun, ModeledNode
 from services.sim.params import ModelParams, load_model_params
 from services.sim.workload import Assignment, WorkloadProfile, default_arrivals
 
 log = logging.getLogger(__name__)
 
 MAX_CATCH_UP_S = 30.0  # after a longer silence the model simulates only the last 30 s
+BACKGROUND_STEP_S = 0.1  # the served model advances about this often
+BACKGROUND_MAX_LAG_S = 1.0  # and skips model time it is further behind than this
 MODELED_MEMORY_BYTES = 2 * 1024**4  # a DGX H200 has 2 TB of system memory
 MEMORY_PER_UNIT_BYTES = 4 * 1024**3  # [assumption] resident memory per busy worker unit
 
@@ -46,6 +49,7 @@ class ModeledBackend:
         clock: Callable[[], float] = time.monotonic,
         seed: int = 0,
         keep_history: bool = False,
+        background: bool = False,
     ) -> None:
         self.options = options
         self.params = params or load_model_params()
@@ -57,6 +61,17 @@ class ModeledBackend:
         self._generation = 0
         # per intent: how much slower than declared its work really runs (experiments' drift)
         self._drift: dict[str, float] = {}
+        self._units: dict[str, int] = {}  # units held per intent in the plan in force
+        # the Assignment each pool was last reported with: a changed_pools_only telemetry reports
+        # only pools whose Assignment object changed (a plan replaces it, never edits it)
+        self._pools_reported: dict[str, Assignment] = {}
+        self._stopping = threading.Event()
+        self._background: threading.Thread | None = None
+        if background:
+            self._background = threading.Thread(
+                target=self._advance_loop, name="modeled-node", daemon=True
+            )
+            self._background.start()
         log.info(
             "modeled backend ready",
             extra={"cpu_units": self.params.cpu_units, "gpus": self.params.gpu_count},
@@ -65,13 +80,37 @@ class ModeledBackend:
     # -- time ------------------------------------------------------------------------------
 
     def _sync(self) -> None:
-        """Advance the model to the clock (caller holds the lock)."""
+        """Advance the model to the clock (caller holds the lock). In the background mode the
+        model's own thread does this and RPCs read the model as it stands."""
+        if self._background is None:
+            self._advance(MAX_CATCH_UP_S)
+
+    def _advance(self, max_lag_s: float, pause: Callable[[], None] | None = None) -> None:
         lag = (self._clock() - self._origin) - self.node.now_s
-        if lag > MAX_CATCH_UP_S:
-            self._origin += lag - MAX_CATCH_UP_S
-            lag = MAX_CATCH_UP_S
+        if lag > max_lag_s:
+            self._origin += lag - max_lag_s
+            metrics.MODEL_SKIPPED.inc(lag - max_lag_s)
+            lag = max_lag_s
         if lag > 0:
-            self.node.advance(lag)
+            self.node.advance(lag, pause)
+
+    def _advance_loop(self) -> None:
+        """The served node's own time: it steps in this thread, letting RPCs in every few dozen
+        intents. When a step takes longer than the time it simulates (10,000 intents on a small
+        machine), the model skips what it cannot simulate (counted) and the thread sleeps as
+        long as it worked, so the simulation takes at most about half a core."""
+        while not self._stopping.is_set():
+            began = time.monotonic()
+            with self._lock:
+                self._advance(BACKGROUND_MAX_LAG_S, self._let_rpcs_in)
+            spent = time.monotonic() - began
+            self._stopping.wait(max(BACKGROUND_STEP_S - spent, spent))
+
+    def _let_rpcs_in(self) -> None:
+        """Release the model's lock for a moment (called by the step, which holds it)."""
+        self._lock.release()
+        time.sleep(0.0005)  # long enough for a waiting RPC thread to take the lock
+        self._lock.acquire()
 
     # -- plan ------------------------------------------------------------------------------
 
@@ -111,20 +150,53 @@ class ModeledBackend:
         return profile, assignment
 
     def apply(self, plan: intent_pb2.NodePlan) -> list[nodeagent_pb2.AppliedAllocation]:
-        checked = [self._validate(i, a) for i, a in enumerate(plan.allocations)]
-        check_unique([p.intent_id for p, _ in checked])
-        # Units held are bounded by the arena; workers may be more (light work on shared
-        # cores, idle-time batch): the model charges those through its interference terms.
-        units = sum(a.units for a in plan.allocations)
-        if units > len(self.arena):
-            raise FailedPrecondition(
-                f"the plan holds {units} units; the modeled arena has {len(self.arena)}"
-            )
+        checked = self._checked(plan)
+        units = self._units_held({a.intent_id: a.units for a in plan.allocations})
         with self._lock:
             self._sync()
             self.node.set_profiles(p for p, _ in checked)
             self.node.apply({p.intent_id: a for p, a in checked}, gpu_intent_enabled=True)
             self._generation = next_generation(plan.generation, self._generation)
+            self._units = units
+        return self._applied(checked)
+
+    def apply_changes(
+        self, plan: intent_pb2.NodePlan, removed: Sequence[str]
+    ) -> list[nodeagent_pb2.AppliedAllocation]:
+        """A plan delta: ``plan`` holds the allocations that changed, ``removed`` the intents that
+        left; every other intent keeps its allocation. All or nothing, like apply."""
+        checked = self._checked(plan)
+        with self._lock:
+            held = dict(self._units)
+        for intent_id in removed:
+            held.pop(intent_id, None)
+        held.update({a.intent_id: a.units for a in plan.allocations})
+        units = self._units_held(held)
+        with self._lock:
+            self._sync()
+            self.node.change(checked, removed, gpu_intent_enabled=True)
+            self._generation = next_generation(plan.generation, self._generation)
+            self._units = units
+        return self._applied(checked)
+
+    def _checked(self, plan: intent_pb2.NodePlan) -> list[tuple[WorkloadProfile, Assignment]]:
+        checked = [self._validate(i, a) for i, a in enumerate(plan.allocations)]
+        check_unique([p.intent_id for p, _ in checked])
+        return checked
+
+    def _units_held(self, units: dict[str, int]) -> dict[str, int]:
+        # Units held are bounded by the arena; workers may be more (light work on shared
+        # cores, idle-time batch): the model charges those through its interference terms.
+        total = sum(units.values())
+        if total > len(self.arena):
+            raise FailedPrecondition(
+                f"the plan holds {total} units; the modeled arena has {len(self.arena)}"
+            )
+        return units
+
+    def _applied(
+        self, checked: list[tuple[WorkloadProfile, Assignment]]
+    ) -> list[nodeagent_pb2.AppliedAllocation]:
         return [
             nodeagent_pb2.AppliedAllocation(
                 intent_id=p.intent_id,
@@ -142,12 +214,16 @@ class ModeledBackend:
 
     # -- telemetry -------------------------------------------------------------------------
 
-    def telemetry(self, drain: bool = True) -> telemetry_pb2.NodeTelemetry:
+    def telemetry(
+        self, drain: bool = True, sampled_only: bool = False, changed_pools_only: bool = False
+    ) -> telemetry_pb2.NodeTelemetry:
         with self._lock:
             self._sync()
-            return self._telemetry(drain)
+            return self._telemetry(drain, sampled_only, changed_pools_only)
 
-    def _telemetry(self, drain: bool = True) -> telemetry_pb2.NodeTelemetry:
+    def _telemetry(
+        self, drain: bool = True, sampled_only: bool = False, changed_pools_only: bool = False
+    ) -> telemetry_pb2.NodeTelemetry:
         node = self.node
         cpu_p, _, _ = node.pressures()
         per_core = self._per_core_percent(cpu_p)
@@ -172,10 +248,26 @@ class ModeledBackend:
         )
         tel.observed_at.GetCurrentTime()
         active = node.active_disturbance()
-        if active is not None:
+        # the served model may lag the clock by up to a step: a disturbance's time left runs
+        # on the clock, so one that has ended is reported ended before the model catches up
+        now = (
+            node.now_s
+            if self._background is None
+            else max(node.now_s, self._clock() - self._origin)
+        )
+        if active is not None and active.remaining_s(now) > 0:
             tel.active_disturbance.CopyFrom(disturbance_to_proto(active.spec))
-            tel.disturbance_remaining_s = active.remaining_s(node.now_s)
+            tel.disturbance_remaining_s = active.remaining_s(now)
+        # only the draining reader (the allocator's loop) moves what counts as reported
+        reported: dict[str, Assignment] = {}
+        if changed_pools_only:
+            reported = self._pools_reported if drain else dict(self._pools_reported)
         for intent_id, run in node.runs.items():
+            if reported.get(intent_id) is not run.assignment:
+                self._pool(tel, intent_id, run)
+                reported[intent_id] = run.assignment
+            if sampled_only and not run.stats.has_recent:
+                continue
             view = run.stats.view()
             recent = run.stats.drain_recent() if drain else run.stats.peek_recent()
             tel.latencies.append(
@@ -193,25 +285,35 @@ class ModeledBackend:
                     recent_service_ms=recent,
                 )
             )
-            a = run.assignment
-            items_per_s = 0.0
-            if run.queue is None and run.mean_service_ms > 0:
-                items_per_s = 1000.0 / run.mean_service_ms
-            elif run.queue is not None and run.mean_service_ms > 0:
-                items_per_s = min(run.profile.arrival_rate_per_s, 1000.0 / run.mean_service_ms)
-            tel.pools.append(
-                telemetry_pb2.PoolStatus(
-                    intent_id=intent_id,
-                    kind="batch" if run.queue is None else "online",
-                    workers=a.units,
-                    cpu_set=list(a.cpu_set or self.arena),
-                    nice=a.nice,
-                    queued=run.queue.queued if run.queue is not None else 0,
-                    items_per_s=items_per_s,
-                    sched_policy=a.sched_policy,
-                )
-            )
+        if drain:
+            if len(reported) > len(node.runs):  # forget the pools that are gone
+                reported = {i: a for i, a in reported.items() if i in node.runs}
+            self._pools_reported = reported
         return tel
+
+    def pool_ids(self) -> set[str]:
+        with self._lock:
+            return set(self.node.runs)
+
+    def _pool(self, tel: telemetry_pb2.NodeTelemetry, intent_id: str, run: IntentRun) -> None:
+        a = run.assignment
+        items_per_s = 0.0
+        if run.queue is None and run.mean_service_ms > 0:
+            items_per_s = 1000.0 / run.mean_service_ms
+        elif run.queue is not None and run.mean_service_ms > 0:
+            items_per_s = min(run.profile.arrival_rate_per_s, 1000.0 / run.mean_service_ms)
+        tel.pools.append(
+            telemetry_pb2.PoolStatus(
+                intent_id=intent_id,
+                kind="batch" if run.queue is None else "online",
+                workers=a.units,
+                cpu_set=list(a.cpu_set or self.arena),
+                nice=a.nice,
+                queued=run.queue.queued if run.queue is not None else 0,
+                items_per_s=items_per_s,
+                sched_policy=a.sched_policy,
+            )
+        )
 
     def _per_core_percent(self, cpu_pressure: float) -> list[float]:
         """Busy share of each modeled core: pinned pools on their cpus, the rest spread evenly."""
@@ -263,4 +365,11 @@ class ModeledBackend:
         return set()  # the modeled node starts no process
 
     def stop(self) -> None:
-        pass
+        self._stopping.set()
+        if self._background is not None:
+            self._background.join(timeout=5)
+
+
+def served(options: BackendOptions) -> ModeledBackend:
+    """The node agent's modeled backend: the model advances in its own thread (wall clock)."""
+    return ModeledBackend(options, background=True)

@@ -309,7 +309,9 @@ class RealBackend:
             return {i: r.pool.size for i, r in self._intents.items()}
 
     # -- telemetry ----------------------------------------------------------------------------
-    def telemetry(self, drain: bool = True) -> telemetry_pb2.NodeTelemetry:
+    def telemetry(
+        self, drain: bool = True, sampled_only: bool = False, changed_pools_only: bool = False
+    ) -> telemetry_pb2.NodeTelemetry:
         sample = self._sampler.sample()
         tel = telemetry_pb2.NodeTelemetry(
             node=self.options.node_name,
@@ -332,7 +334,8 @@ class RealBackend:
                 tel.active_disturbance.CopyFrom(self._disturbance)
                 tel.disturbance_remaining_s = self._disturbance_until - now
         for r in runtimes:
-            tel.latencies.append(r.book.summary(drain=drain))
+            if not sampled_only or r.book.has_samples:
+                tel.latencies.append(r.book.summary(drain=drain))
             knobs = r.pool.knobs
             tel.pools.append(
                 telemetry_pb2.PoolStatus(
@@ -348,6 +351,10 @@ class RealBackend:
                 )
             )
         return tel
+
+    def pool_ids(self) -> set[str]:
+        with self._lock:
+            return set(self._intents)
 
     # -- disturbance --------------------------------------------------------------------------
     def inject_disturbance(self, disturbance: telemetry_pb2.Disturbance) -> tuple[bool, float]:

@@ -1,19 +1,28 @@
 """Node agent gRPC wiring: NodeAgentService over the configured backend.
 
-ApplyNodePlan, GetNodeTelemetry and InjectDisturbance go straight to the backend;
-ControlProcess changes affinity/nice only for a PID the backend started (anything else is
-PERMISSION_DENIED and nothing changes). The backend is chosen once from nodeagent.backend.
+ApplyNodePlan, GetNodeTelemetry and InjectDisturbance go to the backend; ControlProcess changes
+affinity/nice only for a PID the backend started (anything else is PERMISSION_DENIED and nothing
+changes). The backend is chosen once from nodeagent.backend.
+
+Plans and the loop's telemetry travel as deltas (services.common.delta): the servicer holds the
+plan in force, one serialized entry per intent, and applies a delta only against the generation
+it holds (anything else is answered resync_required, nothing applied); a backend with
+``apply_changes`` enforces only what changed, any other gets the merged whole plan. Telemetry
+for the loop carries the pools that changed and the intents with new samples since the
+generation the allocator says it holds.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from parfusion.v1 import nodeagent_pb2, nodeagent_pb2_grpc
+from parfusion.v1 import intent_pb2, nodeagent_pb2, nodeagent_pb2_grpc, telemetry_pb2
 from services.common.config import ConfigError, ServiceSettings, parse_service_args
+from services.common.delta import DeltaSender, HeldState
 from services.common.errors import InvalidArgument, PermissionDenied
 from services.common.grpc_server import (
     Registration,
@@ -22,6 +31,7 @@ from services.common.grpc_server import (
     start_grpc_server,
 )
 from services.common.logs import configure_logging
+from services.common.memory import ShrinkWatch, release_freed_memory
 from services.nodeagent import metrics, osctl
 from services.nodeagent.backend import (
     BackendOptions,
@@ -37,16 +47,44 @@ SERVICE_NAME = nodeagent_pb2.DESCRIPTOR.services_by_name["NodeAgentService"].ful
 class NodeAgentServicer(nodeagent_pb2_grpc.NodeAgentServiceServicer):
     def __init__(self, backend: NodeBackend) -> None:
         self.backend = backend
+        self.plan = HeldState()  # the plan in force: NodePlan-wrapped allocation per intent
+        self._telemetry_sent = DeltaSender()  # the loop's telemetry stream
+        self._telemetry_generation = 0
+        # one plan at a time, in arrival order: a delta sent after a push that ran past its
+        # deadline finds that push applied; likewise one delta telemetry reply at a time
+        self._plan_lock = threading.Lock()
+        self._shrink = ShrinkWatch()
+        self._telemetry_lock = threading.Lock()
         metrics.ARENA_CPUS.set(len(getattr(backend, "arena", ()) or ()))
 
     def ApplyNodePlan(self, request: Any, context: Any) -> Any:  # noqa: N802
+        with self._plan_lock:
+            return self._apply_plan(request)
+
+    def _apply_plan(self, request: Any) -> Any:
+        base = request.base_generation
+        removed = list(request.removed_intent_ids)
+        if base and not self.plan.accepts(base, removed):
+            metrics.PLANS_APPLIED.labels("resync").inc()
+            return nodeagent_pb2.ApplyNodePlanResponse(
+                generation=self.plan.generation, resync_required=True
+            )
+        changed = {
+            a.intent_id: intent_pb2.NodePlan(allocations=[a]).SerializeToString()
+            for a in request.plan.allocations
+        }
+        if len(changed) != len(request.plan.allocations):
+            raise InvalidArgument("an intent appears twice", field="plan.allocations")
         try:
             check_generation(request.plan.generation)
-            applied = self.backend.apply(request.plan)
+            applied = self._enforce(request.plan, base, changed, removed)
         except Exception:
             metrics.PLANS_APPLIED.labels("rejected").inc()
             raise
-        metrics.PLANS_APPLIED.labels("applied").inc()
+        self.plan.apply(base, request.plan.generation, changed, removed)
+        if self._shrink.shrunk(len(self.plan.entries)):
+            release_freed_memory()  # thousands of intents left: give their memory back
+        metrics.PLANS_APPLIED.labels("applied" if not base else "applied_delta").inc()
         metrics.OWNED_PROCESSES.set(len(self.backend.owned_pids()))
         return nodeagent_pb2.ApplyNodePlanResponse(
             generation=request.plan.generation,
@@ -54,13 +92,71 @@ class NodeAgentServicer(nodeagent_pb2_grpc.NodeAgentServiceServicer):
             cgroup_plan_path=self.backend.cgroup_plan_path(),
         )
 
+    def _enforce(
+        self, plan: Any, base: int, changed: dict[str, bytes], removed: list[str]
+    ) -> list[nodeagent_pb2.AppliedAllocation]:
+        """The backend enforces the delta itself when it can, else the merged whole plan."""
+        if not base:
+            return self.backend.apply(plan)
+        apply_changes = getattr(self.backend, "apply_changes", None)
+        if apply_changes is not None:
+            result: list[nodeagent_pb2.AppliedAllocation] = apply_changes(plan, removed)
+            return result
+        entries = dict(self.plan.entries)
+        for k in removed:
+            del entries[k]
+        entries.update(changed)
+        header = intent_pb2.NodePlan()
+        header.CopyFrom(plan)
+        del header.allocations[:]
+        whole = intent_pb2.NodePlan.FromString(
+            header.SerializeToString() + b"".join(entries.values())
+        )
+        return [a for a in self.backend.apply(whole) if a.intent_id in changed]
+
     def GetNodeTelemetry(self, request: Any, context: Any) -> Any:  # noqa: N802
-        telemetry = self.backend.telemetry(drain=request.drain_samples)
+        if not request.delta:
+            telemetry = self.backend.telemetry(drain=request.drain_samples)
+            self._pool_gauges(telemetry)
+            return nodeagent_pb2.GetNodeTelemetryResponse(telemetry=telemetry)
+        with self._telemetry_lock:
+            return self._telemetry_delta(request.drain_samples, request.known_generation)
+
+    def _telemetry_delta(self, drain: bool, known: int) -> Any:
+        """The reply against what the loop holds (see GetNodeTelemetryRequest.delta): when it
+        holds the last reply, the backend reports only pools that may have changed and the
+        intents with samples, and the reply names the pools that are gone."""
+        sender = self._telemetry_sent
+        in_step = bool(known) and known == sender.held_generation
+        if not in_step:
+            sender.forget()
+        telemetry = self.backend.telemetry(
+            drain=drain, sampled_only=True, changed_pools_only=in_step
+        )
+        pools = {p.intent_id: _pool_key(p) for p in telemetry.pools}
+        delta = sender.diff(pools, self.backend.pool_ids() if in_step else None)
+        self._telemetry_generation += 1
+        generation = self._telemetry_generation
+        # optimistic: a reply that never arrives shows as a known_generation that is not this one
+        sender.advance(delta, pools, generation)
+        if delta.base:
+            keep = set(delta.changed)
+            _keep_only(telemetry.pools, lambda p: p.intent_id in keep)
+        else:
+            self._pool_gauges(telemetry)
+        return nodeagent_pb2.GetNodeTelemetryResponse(
+            telemetry=telemetry,
+            generation=generation,
+            base_generation=delta.base,
+            removed_intent_ids=delta.removed,
+        )
+
+    @staticmethod
+    def _pool_gauges(telemetry: Any) -> None:
         for kind in ("online", "batch"):
             metrics.POOL_WORKERS.labels(kind).set(
                 sum(p.workers for p in telemetry.pools if p.kind == kind)
             )
-        return nodeagent_pb2.GetNodeTelemetryResponse(telemetry=telemetry)
 
     def InjectDisturbance(self, request: Any, context: Any) -> Any:  # noqa: N802
         accepted, expires = self.backend.inject_disturbance(request.disturbance)
@@ -87,6 +183,25 @@ class NodeAgentServicer(nodeagent_pb2_grpc.NodeAgentServiceServicer):
         )
 
 
+def _keep_only(field: Any, wanted: Callable[[Any], bool]) -> None:
+    """Leave only the wanted elements in a repeated message field (copied out first: an element
+    taken from a field is not to be relied on after the field is cleared)."""
+    kept = [m.SerializeToString() for m in field if wanted(m)]
+    del field[:]
+    for data in kept:
+        field.add().MergeFromString(data)
+
+
+def _pool_key(pool: telemetry_pb2.PoolStatus) -> bytes:
+    """A pool as compared for the delta: without its queue length and throughput, which move
+    every tick and which nobody plans on (the full telemetry has them)."""
+    queued, rate = pool.queued, pool.items_per_s
+    pool.queued, pool.items_per_s = 0, 0.0
+    key = pool.SerializeToString()
+    pool.queued, pool.items_per_s = queued, rate
+    return key
+
+
 def build(settings: ServiceSettings) -> tuple[list[Registration], list[Callable[[], None]]]:
     """Registrations and stop hooks for serve_forever (the backend's pools stop with the server)."""
     backend = create_backend(
@@ -102,6 +217,7 @@ def build(settings: ServiceSettings) -> tuple[list[Registration], list[Callable[
 class RunningNodeAgent:
     server: RunningServer
     backend: NodeBackend
+    servicer: NodeAgentServicer
 
     @property
     def address(self) -> str:
@@ -121,7 +237,7 @@ def start_nodeagent(settings: ServiceSettings, *, port: int = 0) -> RunningNodeA
     for hook in hooks:
         server.on_stop(hook)
     servicer = registrations[0][1]
-    return RunningNodeAgent(server=server, backend=servicer.backend)
+    return RunningNodeAgent(server=server, backend=servicer.backend, servicer=servicer)
 
 
 def main(argv: list[str] | None = None) -> None:

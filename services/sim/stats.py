@@ -96,6 +96,11 @@ class IntentStats:
         while self._window and self._window[0][0] < now_s - self.window_s:
             self._window.popleft()
 
+    @property
+    def has_recent(self) -> bool:
+        """Samples wait to be drained."""
+        return bool(self._recent)
+
     def peek_recent(self) -> list[float]:
         return list(self._recent)
 

@@ -154,8 +154,15 @@ def test_reference_and_ablation_knobs():
         r = get_policy(name).allocate(state)
         assert not r.gpu_intent_enabled
         for d in r.decisions:
-            assert d.cpu_set == () and d.nice == 0 and d.sched_policy == "other"
+            assert d.nice == 0 and d.sched_policy == "other"
+            assert d.cpu_set == () or name == "static"
             assert d.gpu_lane == "" and d.gpu_share_percent == 0 and d.stream_priority == 0
+    # static partitioning: each admitted intent on as many cores of its own as it holds units
+    pinned = [d for d in get_policy("static").allocate(state).decisions if d.units > 0]
+    assert pinned and all(len(d.cpu_set) == d.units for d in pinned)
+    cores = [c for d in pinned for c in d.cpu_set]
+    assert len(cores) == len(set(cores))
+    assert all(not d.cpu_set for d in get_policy("baseline").allocate(state).decisions)
     r = get_policy("no-gpuintent").allocate(state)
     assert not r.gpu_intent_enabled
     assert all(d.gpu_lane == "" and d.gpu_share_percent == 0 for d in r.decisions)

@@ -2,8 +2,9 @@
 
 `baseline` is the Kubernetes default (static requests = preferred or min, admitted by priority
 while they fit, equal CPU weights, no preemption, no degradation, no OS or GPU knobs); `fifo`
-serves intents first-come (IntentSpec.seq), each up to its cap; `static` gives fixed preferred
-units and never reacts to observed service times; `loadbalance-only` spreads the units evenly.
+serves intents first-come (IntentSpec.seq), each up to its cap; `static` is static
+partitioning: fixed preferred units, each intent pinned to cores of its own (the Kubernetes
+static CPU manager with Guaranteed pods), never reacting to observed service times; `loadbalance-only` spreads the units evenly.
 Their predicted p99, slack and risk come from assess, so experiments compare like with like.
 """
 
@@ -22,6 +23,7 @@ from services.core.outcome import BATCH_ADMITTED, NOT_ADMITTED
 from services.core.table import IntentTable, build_table
 
 NO_KNOBS = Knobs(cross_layer=False, gpu_intent=False)
+PINNED = Knobs(cross_layer=False, gpu_intent=False, pinned=True)
 
 
 def _first_fit(
@@ -104,6 +106,7 @@ class ReferencePolicy:
     units_fn: Callable[[IntentTable, int], tuple[np.ndarray, np.ndarray]]
     use_predictor: bool = True
     sticky: bool = False  # keep the units of the first allocation (no feedback)
+    knobs: Knobs = NO_KNOBS
     memo: TickMemo = field(default_factory=TickMemo, repr=False, compare=False)
 
     def allocate(self, state: PlanInput) -> PlanResult:
@@ -123,7 +126,7 @@ class ReferencePolicy:
                     outcome[i] = NOT_ADMITTED
         level = np.zeros(table.n, dtype=np.int64)
         plan = assess(table, units, level, outcome, state.config)
-        return decide(state, table, plan, self.name, NO_KNOBS, tie_rank(table), self.memo)
+        return decide(state, table, plan, self.name, self.knobs, tie_rank(table), self.memo)
 
 
 def baseline() -> ReferencePolicy:
@@ -146,10 +149,12 @@ def static() -> ReferencePolicy:
     return ReferencePolicy(
         "static",
         "reference",
-        "fixed preferred units from the first allocation, no feedback from observed times",
+        "static partitioning: preferred units fixed at the first allocation, each pinned to "
+        "cores of its own (Kubernetes static CPU manager), no feedback from observed times",
         static_units,
         use_predictor=False,
         sticky=True,
+        knobs=PINNED,
     )
 
 

@@ -1,0 +1,398 @@
+"""The whole system under load: real services, N stored intents, RPC load beside the loop.
+
+Starts the allocator, node agent and gpulane as the launcher starts them (`parfusion up
+--detach`, every port moved to a free one, a temporary PARFUSION_HOME removed after), stores N
+intents of mixed classes through SubmitIntent, lets the loop settle, then for a fixed time
+drives SubmitIntent (each call a new intent: the store grows by rate x seconds) and GetPlan at
+a fixed rate each (open loop: calls start on schedule whatever the replies do) with W
+WatchPlans streams open, all over loopback. Then it deletes every intent and reads the
+services' memory again. Reported, per size:
+
+- tick: the loop's own tick duration (parfusion_allocator_tick_duration_seconds over the load
+  window, quantiles interpolated in the histogram's buckets like PromQL's histogram_quantile)
+  and the period between plans as the WatchPlans streams saw them (created_at), p50 / p99;
+- stale: plans of the window that said node_stale;
+- RPC latency p50 / p99 of SubmitIntent and GetPlan (its reply taken as bytes, unparsed),
+  calls made / failed;
+- WatchPlans: plans received per stream against ticks made, generations skipped;
+- bytes per tick on each link (allocator <-> nodeagent, allocator <-> gpulane, from
+  parfusion_allocator_peer_bytes_total; WatchPlans from the messages received);
+- CPU (% of one core over the window) and RSS per service; RSS again after every intent is
+  deleted (memory should return to within 10 % of the start).
+
+`--intents 0` is the reference: the same harness and load on a store that starts empty.
+
+    .venv/bin/python bench/bench_system.py --intents 0,1000,10000 --seconds 20
+    .venv/bin/python bench/bench_system.py --intents 1000 --backend real --json results/sys.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import grpc  # noqa: E402
+import psutil  # noqa: E402
+
+from bench.bench_loop import make_intent  # noqa: E402
+from parfusion.v1 import allocator_pb2, allocator_pb2_grpc  # noqa: E402
+from tests.stack import start_stack  # noqa: E402
+
+SERVICES = ("allocator", "nodeagent", "gpulane")
+PEERS = ("nodeagent", "gpulane")
+
+
+@dataclass
+class Calls:
+    """Latencies of one RPC kind under the open-loop driver."""
+
+    latencies_ms: list[float] = field(default_factory=list)
+    failed: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def done(self, started: float, future: Any) -> None:
+        elapsed = (time.perf_counter() - started) * 1000.0
+        with self.lock:
+            if future.exception() is None:
+                self.latencies_ms.append(elapsed)
+            else:
+                self.failed += 1
+
+
+@dataclass
+class Watch:
+    """One WatchPlans stream's view: (generation, created_at s, node_stale, bytes) per plan."""
+
+    plans: list[tuple[int, float, bool, int]] = field(default_factory=list)
+
+
+def quantile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
+
+
+def scrape(url: str) -> dict[str, float]:
+    """Prometheus text exposition as {series with labels: value} (no comments)."""
+    with urllib.request.urlopen(url, timeout=10) as reply:
+        text = reply.read().decode()
+    series: dict[str, float] = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            series[name] = float(value)
+    return series
+
+
+def histogram_quantile(before: dict[str, float], after: dict[str, float], q: float) -> float:
+    """q-quantile of parfusion_allocator_tick_duration_seconds between two scrapes."""
+    prefix = "parfusion_allocator_tick_duration_seconds_bucket{le="
+    buckets = sorted(
+        (float(k[len(prefix) + 1 : -2]), after[k] - before.get(k, 0.0))
+        for k in after
+        if k.startswith(prefix) and '"+Inf"' not in k
+    )
+    total = after.get(prefix + '"+Inf"}', 0.0) - before.get(prefix + '"+Inf"}', 0.0)
+    if total <= 0:
+        return float("nan")
+    rank, lower, below = q * total, 0.0, 0.0
+    for upper, count in buckets:
+        if count >= rank:
+            return lower + (upper - lower) * (rank - below) / max(count - below, 1e-12)
+        lower, below = upper, count
+    return float("inf")  # beyond the last finite bucket
+
+
+def drive(rate: float, seconds: float, start_call: Callable[[int], tuple[float, Any]]) -> int:
+    """Start calls at `rate` per second for `seconds` (open loop); returns how many started."""
+    count = int(rate * seconds)
+    begin = time.perf_counter()
+    for k in range(count):
+        delay = begin + k / rate - time.perf_counter()
+        if delay > 0:
+            time.sleep(delay)
+        start_call(k)
+    return count
+
+
+def watch(stub: Any, into: Watch, stop: threading.Event) -> None:
+    call = stub.WatchPlans(allocator_pb2.WatchPlansRequest(include_current=False))
+    stop_watch = threading.Thread(target=lambda: (stop.wait(), call.cancel()), daemon=True)
+    stop_watch.start()
+    try:
+        for reply in call:
+            plan = reply.node_plan
+            created = plan.created_at.seconds + plan.created_at.nanos / 1e9
+            into.plans.append((plan.generation, created, plan.node_stale, reply.ByteSize()))
+    except grpc.RpcError:
+        pass  # cancelled at the end
+
+
+def processes(home: Path) -> dict[str, psutil.Process]:
+    state = json.loads((home / "run" / "launcher.json").read_text())
+    return {name: psutil.Process(int(pid)) for name, pid in state["pids"].items()}
+
+
+def rss_mb(procs: dict[str, psutil.Process]) -> dict[str, float]:
+    return {name: p.memory_info().rss / 2**20 for name, p in procs.items()}
+
+
+def wait_for_plan(stub: Any, size: int, timeout_s: float = 600.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        reply = stub.GetPlan(allocator_pb2.GetPlanRequest(), timeout=10)
+        if len(reply.node_plan.allocations) == size:
+            return
+        time.sleep(0.5)
+    raise TimeoutError(f"the plan never held {size} allocations")
+
+
+def run_case(n: int, args: argparse.Namespace) -> dict[str, Any]:
+    rng = random.Random(7)
+    intents = [make_intent(k, rng) for k in range(n)]
+    with tempfile.TemporaryDirectory(prefix="parfusion-bench-system-") as tmp:
+        home = Path(tmp)
+        (home / "configs").symlink_to(ROOT / "configs")
+        extra = {
+            "PARFUSION_ALLOCATOR_SEED_INTENTS": "false",
+            "PARFUSION_NODEAGENT_BACKEND": args.backend,
+            "PARFUSION_LOG_LEVEL": "WARNING",
+            # room for the intents the load adds (the store's limit answers RESOURCE_EXHAUSTED)
+            "PARFUSION_ALLOCATOR_MAX_INTENTS": str(n + int(args.rate * args.seconds) + 100),
+        }
+        stack = start_stack(home, SERVICES, extra)
+        try:
+            return measure(stack, home, intents, args)
+        finally:
+            stack.close()
+
+
+def measure(stack: Any, home: Path, intents: list[Any], args: argparse.Namespace) -> dict[str, Any]:
+    n = len(intents)
+    procs = processes(home)
+    metrics_url = f"http://127.0.0.1:{stack.env['PARFUSION_ALLOCATOR_METRICS_PORT']}/metrics"
+    channel = grpc.insecure_channel(stack.address("allocator"))
+    stub = allocator_pb2_grpc.AllocatorServiceStub(channel)
+    time.sleep(2.0)
+    rss_start = rss_mb(procs)
+    started = time.perf_counter()
+    with ThreadPoolExecutor(8) as pool:
+        list(
+            pool.map(
+                lambda i: stub.SubmitIntent(
+                    allocator_pb2.SubmitIntentRequest(intent=i), timeout=30
+                ),
+                intents,
+            )
+        )
+    load_s = time.perf_counter() - started
+    wait_for_plan(stub, n)
+    time.sleep(args.settle)
+
+    submits, plans = Calls(), Calls()
+    watches = [Watch() for _ in range(args.watchers)]
+    stop = threading.Event()
+    watchers = [threading.Thread(target=watch, args=(stub, w, stop), daemon=True) for w in watches]
+    for t in watchers:
+        t.start()
+    time.sleep(0.5)
+    before = scrape(metrics_url)
+    cpu_before = {name: p.cpu_times() for name, p in procs.items()}
+    window_start = time.perf_counter()
+
+    def submit(k: int) -> tuple[float, Any]:
+        fresh = make_intent(n + k, random.Random(n + k))  # a new intent: ids never repeat
+        t0 = time.perf_counter()
+        future = stub.SubmitIntent.future(
+            allocator_pb2.SubmitIntentRequest(intent=fresh), timeout=10
+        )
+        future.add_done_callback(lambda f, t0=t0: submits.done(t0, f))
+        return t0, future
+
+    # GetPlan's reply is taken as bytes, not parsed: at 10,000 intents parsing 1.8 MB a hundred
+    # times a second would take this client's share of the machine, not the server's latency
+    get_plan_raw = channel.unary_unary(
+        "/parfusion.v1.AllocatorService/GetPlan",
+        request_serializer=allocator_pb2.GetPlanRequest.SerializeToString,
+        response_deserializer=None,
+    )
+
+    def get_plan(_: int) -> tuple[float, Any]:
+        t0 = time.perf_counter()
+        future = get_plan_raw.future(allocator_pb2.GetPlanRequest(), timeout=10)
+        future.add_done_callback(lambda f, t0=t0: plans.done(t0, f))
+        return t0, future
+
+    drivers = [
+        threading.Thread(target=drive, args=(args.rate, args.seconds, submit)),
+        threading.Thread(target=drive, args=(args.rate, args.seconds, get_plan)),
+    ]
+    for t in drivers:
+        t.start()
+    peak = dict(rss_start)
+    while any(t.is_alive() for t in drivers):
+        for name, mb in rss_mb(procs).items():
+            peak[name] = max(peak[name], mb)
+        time.sleep(0.5)
+    for t in drivers:
+        t.join()
+    window_s = time.perf_counter() - window_start
+    cpu_after = {name: p.cpu_times() for name, p in procs.items()}
+    after = scrape(metrics_url)
+    time.sleep(1.0)  # the last replies
+    stop.set()
+    for t in watchers:
+        t.join(5)
+
+    stored = stub.ListIntents(allocator_pb2.ListIntentsRequest(), timeout=60).intents
+    with ThreadPoolExecutor(8) as pool:
+        list(
+            pool.map(
+                lambda i: stub.DeleteIntent(allocator_pb2.DeleteIntentRequest(id=i.id), timeout=30),
+                stored,
+            )
+        )
+    wait_for_plan(stub, 0)
+    time.sleep(args.settle)
+    rss_end = rss_mb(procs)
+    channel.close()
+
+    ticks = after["parfusion_allocator_ticks_total"] - before["parfusion_allocator_ticks_total"]
+
+    def per_tick(peer: str, direction: str) -> float:
+        key = f'parfusion_allocator_peer_bytes_total{{direction="{direction}",peer="{peer}"}}'
+        return (after.get(key, 0.0) - before.get(key, 0.0)) / max(ticks, 1.0)
+
+    window_plans = [p for w in watches for p in w.plans]
+    periods = [
+        (b[1] - a[1]) * 1000.0
+        for w in watches
+        for a, b in zip(w.plans, w.plans[1:], strict=False)
+        if b[0] > a[0]
+    ]
+    skipped = sum(
+        b[0] - a[0] - 1 for w in watches for a, b in zip(w.plans, w.plans[1:], strict=False)
+    )
+    return {
+        "intents": n,
+        "backend": args.backend,
+        "load_s": round(load_s, 1),
+        "window_s": round(window_s, 1),
+        "ticks": int(ticks),
+        "tick_ms": {
+            "p50": histogram_quantile(before, after, 0.5) * 1000.0,
+            "p99": histogram_quantile(before, after, 0.99) * 1000.0,
+        },
+        "period_ms": {"p50": quantile(periods, 0.5), "p99": quantile(periods, 0.99)},
+        "stale_plans": sum(1 for p in window_plans if p[2]),
+        "watched_plans": len(window_plans),
+        "watchers": len(watches),
+        "watch_skipped_generations": skipped,
+        "watch_bytes_per_plan": statistics.fmean(p[3] for p in window_plans) if window_plans else 0,
+        "submit": latency_row(submits),
+        "get_plan": latency_row(plans),
+        "bytes_per_tick": {
+            f"{peer}_{direction}": per_tick(peer, direction)
+            for peer in PEERS
+            for direction in ("sent", "received")
+        },
+        "cpu_percent": {
+            name: 100.0
+            * (
+                (cpu_after[name].user + cpu_after[name].system)
+                - (cpu_before[name].user + cpu_before[name].system)
+            )
+            / window_s
+            for name in procs
+        },
+        "rss_mb": {
+            name: {"start": rss_start[name], "peak": peak[name], "after_delete": rss_end[name]}
+            for name in procs
+        },
+    }
+
+
+def latency_row(calls: Calls) -> dict[str, float]:
+    return {
+        "p50_ms": quantile(calls.latencies_ms, 0.5),
+        "p99_ms": quantile(calls.latencies_ms, 0.99),
+        "ok": len(calls.latencies_ms),
+        "failed": calls.failed,
+    }
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    idle = next((r for r in rows if r["intents"] == 0), None)
+
+    def ratio(row: dict[str, Any], get: Callable[[dict[str, Any]], float]) -> str:
+        if idle is None or row is idle or not get(idle):
+            return ""
+        return f" ({get(row) / get(idle):.1f}x)"
+
+    lines = [
+        "| intents | tick p50 / p99 ms | period p99 ms | stale | Submit p50 / p99 ms "
+        "| GetPlan p50 / p99 ms | watch plans / ticks | bytes/tick agent out / in "
+        "| bytes/tick gpulane out / in | CPU % alloc / agent / gpulane "
+        "| RSS MB alloc / agent: start, peak, after delete |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        b, cpu, rss = r["bytes_per_tick"], r["cpu_percent"], r["rss_mb"]
+        lines.append(
+            f"| {r['intents']:,} | {r['tick_ms']['p50']:.0f} / {r['tick_ms']['p99']:.0f}"
+            f"{ratio(r, lambda x: x['tick_ms']['p99'])} | {r['period_ms']['p99']:.0f} "
+            f"| {r['stale_plans']} | {r['submit']['p50_ms']:.1f} / {r['submit']['p99_ms']:.1f}"
+            f"{ratio(r, lambda x: x['submit']['p99_ms'])} "
+            f"| {r['get_plan']['p50_ms']:.1f} / {r['get_plan']['p99_ms']:.1f}"
+            f"{ratio(r, lambda x: x['get_plan']['p99_ms'])} "
+            f"| {r['watched_plans'] / max(r['watchers'], 1):.0f} / {r['ticks']} "
+            f"| {b['nodeagent_sent']:,.0f} / {b['nodeagent_received']:,.0f} "
+            f"| {b['gpulane_sent']:,.0f} / {b['gpulane_received']:,.0f} "
+            f"| {cpu['allocator']:.0f} / {cpu['nodeagent']:.0f} / {cpu['gpulane']:.0f} "
+            f"| {rss['allocator']['start']:.0f}, {rss['allocator']['peak']:.0f}, "
+            f"{rss['allocator']['after_delete']:.0f} / {rss['nodeagent']['start']:.0f}, "
+            f"{rss['nodeagent']['peak']:.0f}, {rss['nodeagent']['after_delete']:.0f} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--intents", default="0,1000,10000", help="stored intents, per run")
+    parser.add_argument("--seconds", type=float, default=15.0, help="load window per run")
+    parser.add_argument("--rate", type=float, default=100.0, help="SubmitIntent and GetPlan /s")
+    parser.add_argument("--watchers", type=int, default=2, help="WatchPlans streams")
+    parser.add_argument("--settle", type=float, default=3.0, help="seconds after loading")
+    parser.add_argument("--backend", default="modeled", choices=("modeled", "real"))
+    parser.add_argument("--json", type=Path, help="write the rows here too")
+    args = parser.parse_args()
+    rows = []
+    for n in (int(x) for x in args.intents.split(",")):
+        row = run_case(n, args)
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    print(table(rows))
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(rows, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,105 @@
+"""The loop and a real (modeled) node agent agree on the plan through deltas: after steady
+ticks, store changes, an agent restart (which holds nothing) and a lost push, the agent holds
+exactly the allocations of the loop's last plan; the tick histogram and plan size are exported."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from prometheus_client import REGISTRY
+
+from parfusion.v1 import intent_pb2
+from services.allocator.loop import ControlLoop, LoopConfig
+from services.allocator.store import IntentStore
+from services.common.config import build_settings
+from services.core.validation import normalize_intent
+from services.nodeagent.server import RunningNodeAgent, start_nodeagent
+from tests.allocator.conftest import batch_intent, online_intent
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[IntentStore]:
+    s = IntentStore(tmp_path / "intents.db")
+    yield s
+    s.close()
+
+
+def _agent(port: int = 0) -> RunningNodeAgent:
+    settings = build_settings(
+        "nodeagent", overrides={"port": port, "backend": "modeled"}, env=dict(os.environ)
+    )
+    return start_nodeagent(settings, port=port)
+
+
+def _loop_entries(loop: ControlLoop) -> dict[str, bytes]:
+    snapshot = loop.current()
+    assert snapshot is not None
+    return {
+        a.intent_id: intent_pb2.NodePlan(allocations=[a]).SerializeToString()
+        for a in snapshot.node_plan.allocations
+    }
+
+
+def _agrees(loop: ControlLoop, agent: RunningNodeAgent, ticks: int = 6) -> bool:
+    """A few ticks (deadlines are generous here: a busy test host must not fail it)."""
+    for _ in range(ticks):
+        loop.tick()
+        if agent.servicer.plan.entries == _loop_entries(loop):
+            return True
+    return False
+
+
+def _loop(store: IntentStore, agent: RunningNodeAgent) -> ControlLoop:
+    return ControlLoop(store, LoopConfig(nodeagent_address=agent.address, tick_s=4.0))
+
+
+def test_the_agent_holds_the_loops_plan_after_changes_and_a_restart(store: IntentStore) -> None:
+    for k in range(12):
+        intent = online_intent(name=f"on-{k}") if k % 2 else batch_intent(name=f"job-{k}")
+        store.submit(normalize_intent(intent))
+    agent = _agent()
+    loop = _loop(store, agent)
+    try:
+        assert _agrees(loop, agent)
+        store.submit(normalize_intent(online_intent(name="late")))
+        victim = store.list_intents()[0].intent.id
+        store.delete(victim)
+        assert _agrees(loop, agent)
+        assert victim not in agent.servicer.plan.entries
+
+        # a restarted agent holds nothing: the next delta is refused and the whole plan follows
+        port = int(agent.address.rsplit(":", 1)[1])
+        agent.stop()
+        agent = _agent(port)
+        resyncs = REGISTRY.get_sample_value(
+            "parfusion_allocator_resyncs_total", {"peer": "nodeagent", "stream": "plan"}
+        )
+        assert _agrees(loop, agent, ticks=12)
+        after = REGISTRY.get_sample_value(
+            "parfusion_allocator_resyncs_total", {"peer": "nodeagent", "stream": "plan"}
+        )
+        assert (after or 0) > (resyncs or 0)
+    finally:
+        loop.stop()
+        agent.stop()
+
+
+def test_tick_duration_and_plan_size_are_exported(store: IntentStore) -> None:
+    store.submit(normalize_intent(online_intent()))
+    before = REGISTRY.get_sample_value("parfusion_allocator_tick_duration_seconds_count") or 0
+    loop = ControlLoop(store, LoopConfig())
+    try:
+        snapshot = loop.tick()
+    finally:
+        loop.stop()
+    assert snapshot is not None
+    assert REGISTRY.get_sample_value("parfusion_allocator_tick_duration_seconds_count") == (
+        before + 1
+    )
+    size = REGISTRY.get_sample_value("parfusion_allocator_plan_size_bytes", {"plan": "node"})
+    assert size == snapshot.node_plan.ByteSize()
+    gpu = REGISTRY.get_sample_value("parfusion_allocator_plan_size_bytes", {"plan": "gpu"})
+    assert gpu == snapshot.gpu_plan.ByteSize()
