@@ -4,8 +4,11 @@ One real control plane (../shared/k8s/control-plane: etcd, kube-apiserver, kube-
 v1.36.2) with N fake Ready nodes; the extender runs as its own process (``kube_api:
 kubeconfig``: it watches nodes, NodeIntentStates and bound pods). Per phase kube-scheduler is
 started afresh with one KubeSchedulerConfiguration: A = its defaults, B = the same plus the
-extender (filter + prioritize, nodeCacheCapable; kube-scheduler binds, as in deploy/). Phases
-alternate A B A B ... per mode:
+extender (filter + prioritize, nodeCacheCapable; kube-scheduler binds, as in deploy/), C = B with
+the extender's ``managedResources: [parfusion.io/intent]`` (ignoredByScheduler), so that
+kube-scheduler calls it only for the pods that request that marker: the ones with an intent.
+Every arm schedules the same pods (those with an intent request the marker) and ignores the
+marker in NodeResourcesFit. Phases alternate A B C A B C ... per mode:
 
 * ``backlog``: P pods (half with an intent) are created while no scheduler runs; the clock runs
   from the scheduler's readiness to the last pod bound: how fast a backlog drains;
@@ -20,7 +23,8 @@ every process (kube-scheduler, kube-apiserver, etcd, extender) from /proc. The m
 shared: compare the ratio within one run, not the absolute rates across runs.
 
     .venv/bin/python bench/bench_kube_scheduler.py [--nodes 1000] [--pods 1000] [--rounds 2]
-        [--modes backlog,stream] [--qps raised] [--out results/bench/kube_scheduler.json]
+        [--modes backlog,stream] [--qps raised] [--arms A,B,C]
+        [--out results/bench/kube_scheduler.json]
 """
 
 from __future__ import annotations
@@ -60,6 +64,12 @@ INTENT = {
     "speedup": {"parallelFraction": 0.9, "baseServiceMs": 20},
 }
 QPS = {"raised": 5000, "default": 50}
+# the extended resource that marks a pod with an intent (docs/kubernetes.md): with it in the
+# extender's managedResources kube-scheduler calls the extender only for pods requesting it
+MARKER = "parfusion.io/intent"
+# A = no extender; B = the extender for every pod (as deploy/); C = the extender only for pods
+# that request MARKER (managedResources, ignoredByScheduler)
+ARMS = ("A", "B", "C")
 
 
 def free_port() -> int:
@@ -192,14 +202,19 @@ class Bench:
             time.sleep(0.3)
         raise SystemExit("the extender did not learn the nodes")
 
-    def scheduler_config(self, with_extender: bool, qps: int) -> Path:
+    def scheduler_config(self, arm: str, qps: int) -> Path:
+        # every arm's NodeResourcesFit ignores the marker (no node advertises it), so all three
+        # schedule the same pods with the same plugins
+        fit = {"name": "NodeResourcesFit", "args": {"ignoredResources": [MARKER]}}
         config: dict[str, Any] = {
             "apiVersion": "kubescheduler.config.k8s.io/v1",
             "kind": "KubeSchedulerConfiguration",
             "clientConnection": {"kubeconfig": self.kubeconfig, "qps": qps, "burst": qps},
             "leaderElection": {"leaderElect": False},
+            "profiles": [{"schedulerName": "default-scheduler", "pluginConfig": [fit]}],
         }
-        if with_extender:
+        if arm != "A":
+            managed = [{"name": MARKER, "ignoredByScheduler": True}] if arm == "C" else []
             config["extenders"] = [
                 {
                     "urlPrefix": f"http://127.0.0.1:{self.extender_port}",
@@ -209,10 +224,10 @@ class Bench:
                     "nodeCacheCapable": True,
                     "ignorable": False,
                     "httpTimeout": "5s",
-                    "managedResources": [],
+                    "managedResources": managed,
                 }
             ]
-        path = self.workdir / f"scheduler-{'B' if with_extender else 'A'}-{qps}.yaml"
+        path = self.workdir / f"scheduler-{arm}-{qps}.yaml"
         path.write_text(yaml.safe_dump(config))
         return path
 
@@ -283,8 +298,13 @@ class Bench:
 
     def pod(self, i: int, phase: str) -> dict[str, Any]:
         meta: dict[str, Any] = {"name": f"{phase}-{i:05d}", "labels": {"bench": phase}}
+        resources: dict[str, Any] = {"requests": {"cpu": "100m", "memory": "128Mi"}}
         if i % 2 == 0:
             meta["annotations"] = {"parfusion.io/intent": json.dumps(INTENT)}
+            resources = {
+                "requests": {**resources["requests"], MARKER: "1"},
+                "limits": {MARKER: "1"},  # an extended resource's request must equal its limit
+            }
         return {
             "apiVersion": "v1",
             "kind": "Pod",
@@ -294,7 +314,7 @@ class Bench:
                     {
                         "name": "main",
                         "image": "registry.invalid/none:0",
-                        "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}},
+                        "resources": resources,
                     }
                 ]
             },
@@ -333,7 +353,7 @@ class Bench:
     # --- one phase ---------------------------------------------------------------------------
 
     def phase(self, label: str, mode: str, qps: str, index: int) -> dict[str, Any]:
-        with_extender = label == "B"
+        with_extender = label != "A"
         name = f"p{index}{label.lower()}"
         bound: dict[str, float] = {}
         nodes_used: dict[str, int] = {}
@@ -359,7 +379,7 @@ class Bench:
             name="bench-bound",
         ).start()
         watch.synced.wait(30)
-        config = self.scheduler_config(with_extender, QPS[qps])
+        config = self.scheduler_config(label, QPS[qps])
         pids = {"kube-apiserver": self.pid("kube-apiserver"), "etcd": self.pid("etcd")}
         if self.extender is not None:
             pids["extender"] = self.extender.pid
@@ -416,6 +436,8 @@ class Bench:
                 verbs[verb] = {
                     "p50": ms(quantile(before, after, 0.5)),
                     "p99": ms(quantile(before, after, 0.99)),
+                    # how many calls kube-scheduler made: C calls only for pods with the marker
+                    "calls": int(after.get(float("inf"), 0.0) - before.get(float("inf"), 0.0)),
                 }
             row["extender_ms"] = verbs
         return row
@@ -428,6 +450,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=2, help="A/B pairs per mode")
     parser.add_argument("--modes", default="backlog,stream")
     parser.add_argument("--qps", default="raised", help="raised, default or both")
+    parser.add_argument("--arms", default=",".join(ARMS), help="phases per round, in order")
     parser.add_argument("--out", default=str(ROOT / "results" / "bench" / "kube_scheduler.json"))
     ns = parser.parse_args(argv)
     if not (K8S / "control-plane").exists() or shutil.which("etcd") is None:
@@ -448,7 +471,7 @@ def main(argv: list[str] | None = None) -> int:
         for qps in qps_modes:
             for mode in ns.modes.split(","):
                 for index in range(ns.rounds):
-                    for label in ("A", "B"):
+                    for label in ns.arms.split(","):
                         row = bench.phase(label, mode, qps, index)
                         rows.append(row)
                         print(json.dumps(row), flush=True)
@@ -462,13 +485,13 @@ def main(argv: list[str] | None = None) -> int:
         "load_at_start": load_at_start,  # 1, 5, 15 min: the machine is shared
         "load_at_end": os.getloadavg(),
         "rows": rows,
-        "with_over_without": ratios(rows),
+        "with_over_without": ratios(rows, ARMS),
     }
     out = Path(ns.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2))
     print(table(rows))
-    print("with/without (median pods/s):", result["with_over_without"])
+    print("with/without (median pods/s, per arm):", result["with_over_without"])
     return 0
 
 

@@ -52,9 +52,9 @@ def ms(seconds: float | None) -> float | None:
 def table(rows: list[dict[str, Any]]) -> str:
     lines = [
         "| mode | qps | phase | round | pods/s | nodes used | sched algorithm p50 / p99 ms "
-        "| filter p50 / p99 ms | prioritize p50 / p99 ms | CPU ms/pod sched / apiserver / etcd "
-        "/ extender |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| filter calls | filter p50 / p99 ms | prioritize p50 / p99 ms "
+        "| CPU ms/pod sched / apiserver / etcd / extender |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         ext = r.get("extender_ms") or {}
@@ -65,18 +65,27 @@ def table(rows: list[dict[str, Any]]) -> str:
 
         lines.append(
             f"| {r['mode']} | {r['qps']} | {r['phase']} | {r['round']} | {r['pods_per_s']} "
-            f"| {r['nodes_used']} | {pair(r['scheduler_algorithm_ms'])} | {pair(ext.get('filter'))} "
+            f"| {r['nodes_used']} | {pair(r['scheduler_algorithm_ms'])} "
+            f"| {ext.get('filter', {}).get('calls', '–')} | {pair(ext.get('filter'))} "
             f"| {pair(ext.get('prioritize'))} | {cpu.get('kube-scheduler')} / "
             f"{cpu.get('kube-apiserver')} / {cpu.get('etcd')} / {cpu.get('extender', '–')} |"
         )
     return "\n".join(lines)
 
 
-def ratios(rows: list[dict[str, Any]]) -> dict[str, float]:
+def ratios(rows: list[dict[str, Any]], arms: tuple[str, ...] = ("A", "B", "C")) -> dict[str, float]:
+    """Median pods/s of each extender arm over A's, per mode and qps."""
     out = {}
     for mode in sorted({(r["mode"], r["qps"]) for r in rows}):
-        a = [r["pods_per_s"] for r in rows if (r["mode"], r["qps"]) == mode and r["phase"] == "A"]
-        b = [r["pods_per_s"] for r in rows if (r["mode"], r["qps"]) == mode and r["phase"] == "B"]
-        if a and b:
-            out[f"{mode[0]}/{mode[1]}"] = round(statistics.median(b) / statistics.median(a), 2)
+
+        def rates(arm: str, mode: tuple[str, str] = mode) -> list[float]:
+            return [
+                r["pods_per_s"] for r in rows if (r["mode"], r["qps"]) == mode and r["phase"] == arm
+            ]
+
+        a = rates("A")
+        for arm in arms[1:]:
+            if a and rates(arm):
+                key = f"{mode[0]}/{mode[1]}/{arm}"
+                out[key] = round(statistics.median(rates(arm)) / statistics.median(a), 2)
     return out
