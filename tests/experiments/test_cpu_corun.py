@@ -177,7 +177,7 @@ def test_a_disturbed_phase_is_run_again_and_a_reference_slower_than_a_co_run_is_
     assert stats.disturbance({**busy, "phase": "nice19", "foreign_cores": 0.0}, cal) is None
 
     class Attempts:
-        """Phase runs whose foreign CPU falls attempt by attempt (a colleague's job ending)."""
+        """Phase runs whose foreign CPU falls attempt by attempt (another job ending)."""
 
         def __init__(self, foreign: list[float]) -> None:
             self.foreign = foreign
