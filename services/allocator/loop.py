@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import operator
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -38,6 +39,10 @@ from services.core.stability import window_ticks
 from services.core.tick import observations, observe, plan_tick
 
 log = logging.getLogger(__name__)
+
+_SEQ = operator.attrgetter("seq")
+_ID = operator.attrgetter("id")
+_NAME = operator.attrgetter("name")
 
 
 @dataclass(frozen=True)
@@ -117,16 +122,20 @@ class ControlLoop:
         self._intents_version = -1
         self._intents: dict[str, intent_pb2.ResourceIntent] = {}
         self._specs: tuple[model.IntentSpec, ...] = ()
-        # per stored intent (by object): it and its spec (see _current_intents)
-        self._converted: dict[int, tuple[StoredIntent, model.IntentSpec]] = {}
+        # every stored intent (any node) by id, in seq order: it and its spec; and this node's
+        # specs and messages, in seq order (see _current_intents)
+        self._rows: dict[str, tuple[StoredIntent, model.IntentSpec]] = {}
+        self._mine_specs: dict[str, model.IntentSpec] = {}
+        self._mine_intents: dict[str, intent_pb2.ResourceIntent] = {}
+        self._class_counts: dict[str, int] = {}
         self._allocation_cache = plans.AllocationCache()  # the ticks' own (not previews')
         self._preview_policies: dict[str, Policy] = {}  # per policy name, previews' own
         self._names: dict[str, str] = {}  # the ticks' own: intent id -> name, for the gauges
         self._names_of: tuple[model.IntentSpec, ...] | None = None
-        # the last NodePlan, and per intent id its row there and its workers (plain ints: kept
-        # without holding 10,000 message wrappers for the garbage collector to walk)
-        self._plan: intent_pb2.NodePlan | None = None
-        self._plan_rows: dict[str, int] = {}
+        # the last NodePlan's entries (a NodePlan holding one Allocation, serialized) and
+        # workers per intent id (plain ints and bytes: no message wrappers for the garbage
+        # collector to walk)
+        self._plan_entries: dict[str, bytes] = {}
         self._workers: dict[str, int] = {}
         self._policy_error: str | None = None
         self._shrink = ShrinkWatch()
@@ -214,31 +223,26 @@ class ControlLoop:
             self._generation += 1
             generation = self._generation
             self._previous = result.by_id()
-        node_plan = plans.node_plan(
-            result,
-            intents,
-            node,
-            generation=generation,
-            created_at=created,
-            decision_ms=seconds * 1000,
-            cache=self._allocation_cache,
-        )
-        gpu_plan = plans.gpu_plan(result, intents, node, generation=generation, created_at=created)
-        snapshot = PlanSnapshot(node_plan=node_plan, gpu_plan=gpu_plan, generation=generation)
         header = plans.node_plan_header(
             result, node, generation=generation, created_at=created, decision_ms=seconds * 1000
         )
-        entries = self._allocation_cache.by_intent()
-        metrics.PLAN_SIZE.labels("node").set(
-            header.ByteSize() + sum(len(e) for e in entries.values())
+        # serialized entries concatenate as a merge, which appends repeated fields: the
+        # NodePlan's bytes without building or parsing it (PlanSnapshot parses on demand)
+        node_wire = header.SerializeToString() + b"".join(
+            self._allocation_cache.entries(result.decisions, intents)
         )
+        gpu_plan = plans.gpu_plan(result, intents, node, generation=generation, created_at=created)
+        snapshot = PlanSnapshot(node_wire, gpu_plan, generation)
+        entries = self._allocation_cache.by_intent()
+        metrics.PLAN_SIZE.labels("node").set(len(node_wire))
         metrics.PLAN_SIZE.labels("gpu").set(gpu_plan.ByteSize())
-        rows, workers = self._allocation_cache.rows, self._allocation_cache.workers
+        workers = self._allocation_cache.workers
         with self._lock:
-            self._plan, self._plan_rows, self._workers = node_plan, rows, workers
+            self._plan_entries, self._workers = entries, workers
         self.feed.publish(snapshot)
         if specs is not self._names_of:  # the intents' names, once per spec tuple
-            self._names, self._names_of = {s.id: s.name for s in specs}, specs
+            self._names = dict(zip(map(_ID, specs), map(_NAME, specs), strict=True))
+            self._names_of = specs
         self.metrics.record(result, self._names, seconds, tick, self._stability_window)
         metrics.set_node_stale(node.stale)
         self._push(snapshot, header, entries)
@@ -248,44 +252,90 @@ class ControlLoop:
         self,
     ) -> tuple[tuple[model.IntentSpec, ...], dict[str, intent_pb2.ResourceIntent]]:
         """The store's intents for this node, converted once per store version: only intents
-        the store replaced since (a StoredIntent is replaced, never changed in place, on every
-        submit or update) are converted again; the others keep their IntentSpec object, which
-        lets the policy's memo see them as unchanged."""
+        the store changed since the last version seen (``IntentStore.changes_since``; a
+        StoredIntent is replaced, never changed in place, on every submit or update) are
+        converted and moved, with dict operations, to the end of the seq-ordered rows; the
+        others keep their IntentSpec object, which lets the policy's memo see them as
+        unchanged. When the store's journal no longer reaches back, every intent is read."""
         with self._lock:
             if self.store.version == self._intents_version:
                 return self._specs, self._intents
-        version, stored = self.store.snapshot()
-        with self._lock:
-            converted = self._converted
-        fresh: dict[int, tuple[StoredIntent, model.IntentSpec]] = {}
-        for s in stored:
-            # keyed by object: every object in `converted` is alive (held there), so a match is
-            # the very StoredIntent; reading the spec's plain fields below, not the message's,
-            # keeps an unchanged intent to a few dict operations
-            kept = converted.get(id(s))
-            if kept is None or kept[0] is not s:
-                kept = (s, convert.intent_to_spec(s.intent, seq=s.seq))
-            fresh[id(s)] = kept
+            seen = self._intents_version
+        changes = self.store.changes_since(seen) if seen >= 0 else None
         here = ("", self.config.node_name)
-        mine = [(s, spec) for s, spec in fresh.values() if spec.node in here]
-        specs = tuple(spec for _, spec in mine)
-        intents = {spec.id: s.intent for s, spec in mine}
         with self._lock:
-            gone = set(self._intents) - set(intents)
-            self._intents_version, self._intents, self._specs = version, intents, specs
-            self._converted = fresh
+            if self._intents_version != seen:  # another caller (ReportTelemetry) moved first
+                changes = (
+                    None if changes is None else self.store.changes_since(self._intents_version)
+                )
+            if changes is None:
+                left = self._read_all(here)
+            else:
+                self._intents_version, changed = changes
+                left = self._apply_changes(changed, here)
+            specs = tuple(self._mine_specs.values())
+            intents = dict(self._mine_intents)
+            gone = left - intents.keys()
+            self._intents, self._specs = intents, specs
             if gone:  # replaced, not changed: the allocation cache hands out these dicts
-                self._plan_rows = {i: k for i, k in self._plan_rows.items() if i not in gone}
-                self._workers = {i: w for i, w in self._workers.items() if i not in gone}
+                entries, workers = dict(self._plan_entries), dict(self._workers)
+                for intent_id in gone:
+                    entries.pop(intent_id, None)
+                    workers.pop(intent_id, None)
+                self._plan_entries, self._workers = entries, workers
+            counts = dict(self._class_counts)
         self._stats.forget(gone)
         self.metrics.forget(gone)
         if self._shrink.shrunk(len(intents)):
             release_freed_memory()  # thousands of intents left: give their memory back
-        counts: dict[str, int] = {}
-        for _, spec in fresh.values():
-            counts[spec.workload_class] = counts.get(spec.workload_class, 0) + 1
         metrics.set_intent_counts(counts)
         return specs, intents
+
+    def _read_all(self, here: tuple[str, str]) -> set[str]:
+        """Rebuild the rows from a whole store snapshot (the lock held); the ids of this
+        node's intents before. An unchanged StoredIntent keeps its spec."""
+        version, stored = self.store.snapshot()
+        rows: dict[str, tuple[StoredIntent, model.IntentSpec]] = {}
+        for s in stored:
+            kept = self._rows.get(s.intent.id)
+            if kept is None or kept[0] is not s:
+                kept = (s, convert.intent_to_spec(s.intent, seq=s.seq))
+            rows[s.intent.id] = kept
+        before = set(self._mine_specs)
+        self._rows = rows
+        self._mine_specs = {i: spec for i, (_, spec) in rows.items() if spec.node in here}
+        self._mine_intents = {i: rows[i][0].intent for i in self._mine_specs}
+        counts: dict[str, int] = {}
+        for _, spec in rows.values():
+            counts[spec.workload_class] = counts.get(spec.workload_class, 0) + 1
+        self._class_counts = counts
+        self._intents_version = version
+        return before
+
+    def _apply_changes(
+        self, changed: Mapping[str, StoredIntent | None], here: tuple[str, str]
+    ) -> set[str]:
+        """Apply the store's changes to the rows (the lock held); the ids of this node's
+        intents that changed (removed here, some added back at the end)."""
+        rows, counts = self._rows, self._class_counts
+        left: set[str] = set()
+        for intent_id in changed:
+            kept = rows.pop(intent_id, None)
+            if kept is not None:
+                counts[kept[1].workload_class] -= 1
+                if self._mine_specs.pop(intent_id, None) is not None:
+                    del self._mine_intents[intent_id]
+                    left.add(intent_id)
+        # every changed intent's seq is above every kept one's: appending keeps seq order
+        added = sorted((s for s in changed.values() if s is not None), key=_SEQ)
+        for s in added:
+            spec = convert.intent_to_spec(s.intent, seq=s.seq)
+            rows[spec.id] = (s, spec)
+            counts[spec.workload_class] = counts.get(spec.workload_class, 0) + 1
+            if spec.node in here:
+                self._mine_specs[spec.id] = spec
+                self._mine_intents[spec.id] = s.intent
+        return left
 
     def _start_pulls(self) -> tuple[Any, Any]:
         timeout = self.config.rpc_timeout_s
@@ -387,8 +437,8 @@ class ControlLoop:
 
     def allocation(self, intent_id: str) -> intent_pb2.Allocation | None:
         with self._lock:
-            row = self._plan_rows.get(intent_id)
-            return None if row is None or self._plan is None else self._plan.allocations[row]
+            entry = self._plan_entries.get(intent_id)
+        return None if entry is None else intent_pb2.NodePlan.FromString(entry).allocations[0]
 
     def node_state(self) -> model.NodeState:
         """The NodeState the next tick would plan on."""
@@ -451,7 +501,7 @@ class ControlLoop:
         seconds = time.perf_counter() - started
         created = Timestamp()
         created.GetCurrentTime()
-        return PlanSnapshot(
+        return PlanSnapshot.of(
             node_plan=plans.node_plan(
                 result,
                 intents,

@@ -8,6 +8,8 @@ common interceptor.
 
 from __future__ import annotations
 
+import itertools
+import operator
 import threading
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -98,6 +100,7 @@ RESYNCS = Counter(
 
 PER_INTENT = (UNITS, RISK, SLACK, NMU)
 CALIBRATION = (PREDICTION_ERROR, LATENCY_CORRECTION)  # set from telemetry, not from the plan
+_INTENT_ID = operator.attrgetter("intent_id")
 CLASSES = ("ONLINE", "BATCH", "ROBOT", "URGENT")
 
 
@@ -110,17 +113,18 @@ class DecisionMetrics:
     """Publishes one tick's decisions and forgets the series of intents no longer planned.
 
     A series whose Decision is the very object it was last set from (the policies keep
-    unchanged Decisions, which are frozen) already holds its values and is not set again
-    (setting four gauges per intent is a large part of a big tick). While the names mapping
-    is the same and the rows are the same intents in the same order, only rows whose Decision
-    object changed are looked at (one C-level identity pass).
+    unchanged Decisions, which are frozen) under the same intent name already holds its
+    values and is not set again (setting four gauges per intent is a large part of a big
+    tick). Those rows are found by C-level passes over the rows, matched by intent id, so
+    intents coming and going cost no Python code per unchanged row.
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._series: dict[str, _Series] = {}  # per intent id
-        self._decisions: tuple[model.Decision, ...] = ()  # the last tick's, in order
-        self._names: Mapping[str, str] | None = None
+        # per intent id: the Decision and the name its series were last set from
+        self._decision: dict[str, model.Decision] = {}
+        self._name: dict[str, str] = {}
 
     def record(
         self,
@@ -138,37 +142,35 @@ class DecisionMetrics:
         if result.preemptions:
             PREEMPTIONS.labels(result.policy).inc(result.preemptions)
         TICKS.inc()
-        decisions = tuple(result.decisions)
+        decisions = result.decisions
+        ids = list(map(_INTENT_ID, decisions))
+        labels = list(map(names.get, ids, ids))
         with self._lock:
-            series = self._series
-            rows = None
-            if names is self._names or names == self._names:
-                rows = model.changed_positions(decisions, self._decisions)
+            last, named = self._decision, self._name
+            before = list(map(last.get, ids))
+            moved = map(
+                operator.or_,
+                map(operator.is_not, decisions, before),
+                map(operator.ne, labels, map(named.get, ids)),
+            )
+            rows = list(itertools.compress(range(len(ids)), moved))
             if window:
-                last = self._decisions
-                if rows is not None:
-                    before = {last[k].intent_id: last[k] for k in rows}
-                    changes = plan_changes(before, [decisions[k] for k in rows], tick, window)
-                else:
-                    changes = plan_changes({d.intent_id: d for d in last}, decisions, tick, window)
+                # a Decision that is the very object of the last plan is no change (see
+                # plan_changes), so the rows looked at are all the rows that can count
+                previous = {ids[k]: d for k in rows if (d := before[k]) is not None}
+                changes = plan_changes(previous, [decisions[k] for k in rows], tick, window)
                 _count_changes(changes)
-            if rows is not None:
-                for k in rows:
-                    self._set(decisions[k], names)
-            else:
-                for d in decisions:
-                    self._set(d, names)
-                planned = {d.intent_id for d in decisions}
-                for intent_id in [i for i in series if i not in planned]:
-                    self._remove(series.pop(intent_id)[0])
-            self._decisions, self._names = decisions, names
+            for k in rows:
+                self._set(decisions[k], labels[k])
+            if len(self._series) > len(ids):
+                for intent_id in self._series.keys() - set(ids):
+                    self._remove(self._series.pop(intent_id)[0])
+                    del last[intent_id], named[intent_id]
 
-    def _set(self, d: model.Decision, names: Mapping[str, str]) -> None:
-        key = (names.get(d.intent_id, d.intent_id), d.intent_id)
+    def _set(self, d: model.Decision, name: str) -> None:
+        key = (name, d.intent_id)
         kept = self._series.get(d.intent_id)
         if kept is not None and kept[0] == key:
-            if kept[1] is d:
-                return
             children = kept[2]
         else:
             if kept is not None:
@@ -180,6 +182,8 @@ class DecisionMetrics:
         slack.set(d.slack_ms / 1000.0)
         nmu.set(d.nmu)
         self._series[d.intent_id] = (key, d, children)
+        self._decision[d.intent_id] = d
+        self._name[d.intent_id] = name
 
     def record_prediction_errors(
         self,
@@ -205,7 +209,7 @@ class DecisionMetrics:
                 kept = self._series.pop(intent_id, None)
                 if kept is not None:
                     self._remove(kept[0])
-            self._decisions = ()  # the next record looks at every row
+                    del self._decision[intent_id], self._name[intent_id]
 
     @staticmethod
     def _remove(key: tuple[str, str]) -> None:

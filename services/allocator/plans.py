@@ -17,6 +17,8 @@ nothing handed out aliases the cache.
 
 from __future__ import annotations
 
+import itertools
+import operator
 from collections.abc import Mapping, Sequence
 
 from google.protobuf.timestamp_pb2 import Timestamp
@@ -75,24 +77,27 @@ def allocation(
     return alloc
 
 
-_Kept = tuple[model.Decision, intent_pb2.ResourceIntent | None, bytes, int]
+_INTENT_ID = operator.attrgetter("intent_id")
 
 
 class AllocationCache:
     """Each intent's Allocation from the last plan built, as its serialized NodePlan entry.
 
-    While the intents mapping is the very same object (the loop's, per store version) and the
-    rows are the same intents in the same order, only rows whose Decision object changed are
-    looked at (one C-level identity pass over the rows); otherwise every row is matched by id.
-    ``rows`` and ``workers`` describe the last plan; they are replaced, never changed, so a
-    caller may keep them.
+    Rows are matched by intent id; a row is built again only when its Decision is not the very
+    object it was built from or its intent not the very stored message. Finding those rows is
+    a few C-level passes over the rows (no Python code per unchanged row), whether or not
+    intents came or went since, so the tick after a store change costs about what a steady one
+    does. ``rows`` and ``workers`` describe the last plan; they are replaced, never changed, so
+    a caller may keep them.
     """
 
     def __init__(self) -> None:
-        self._decisions: tuple[model.Decision, ...] = ()
-        self._intents: Mapping[str, intent_pb2.ResourceIntent] | None = None
-        self._entries: list[bytes] = []
-        self._kept: dict[str, _Kept] = {}
+        self._ids: list[str] = []  # the last plan's intent ids, in order
+        self._entries: list[bytes] = []  # the last plan's entries, in order
+        # per intent id: the Decision and the intent message its entry was built from
+        self._decision: dict[str, model.Decision] = {}
+        self._intent: dict[str, intent_pb2.ResourceIntent | None] = {}
+        self._entry: dict[str, bytes] = {}
         self.rows: dict[str, int] = {}  # intent id -> its row in the last plan
         self.workers: dict[str, int] = {}  # intent id -> Allocation.workers in the last plan
 
@@ -102,61 +107,48 @@ class AllocationCache:
         intents: Mapping[str, intent_pb2.ResourceIntent],
     ) -> list[bytes]:
         """One serialized entry per decision, in order; remembers them for the next plan."""
-        decisions = tuple(decisions)
-        changed = model.changed_positions(decisions, self._decisions)
-        if intents is self._intents and changed is not None:
-            return self._update(decisions, changed)
-        return self._rebuild(decisions, intents)
-
-    def _build(self, d: model.Decision, intent: intent_pb2.ResourceIntent | None) -> _Kept:
-        alloc = allocation(d, intent)
-        return (
-            d,
-            intent,
-            intent_pb2.NodePlan(allocations=[alloc]).SerializeToString(),
-            alloc.workers,
+        ids = list(map(_INTENT_ID, decisions))
+        messages = list(map(intents.get, ids))
+        same = map(
+            operator.and_,
+            map(operator.is_, decisions, map(self._decision.get, ids)),
+            map(operator.is_, messages, map(self._intent.get, ids)),
         )
-
-    def _update(self, decisions: tuple[model.Decision, ...], changed: list[int]) -> list[bytes]:
-        entries = self._entries
-        if changed:
-            entries, workers, intents = list(entries), dict(self.workers), self._intents
-            assert intents is not None
+        changed = list(itertools.compress(range(len(ids)), map(operator.not_, same)))
+        layout = ids == self._ids
+        if not changed and layout:
+            return self._entries
+        workers = dict(self.workers)
+        for k in changed:
+            d, intent = decisions[k], messages[k]
+            alloc = allocation(d, intent)
+            self._decision[d.intent_id] = d
+            self._intent[d.intent_id] = intent
+            # only a rebuilt row makes a new entry: a steady plan adds nothing long-lived for
+            # the garbage collector to walk
+            self._entry[d.intent_id] = intent_pb2.NodePlan(allocations=[alloc]).SerializeToString()
+            workers[d.intent_id] = alloc.workers
+        if len(self._decision) > len(ids):  # intents left the plan
+            for intent_id in self._decision.keys() - set(ids):
+                del self._decision[intent_id], self._intent[intent_id], self._entry[intent_id]
+                del workers[intent_id]
+        if layout:
+            entries = list(self._entries)
             for k in changed:
-                d = decisions[k]
-                kept = self._build(d, intents.get(d.intent_id))
-                self._kept[d.intent_id] = kept
-                entries[k] = kept[2]
-                workers[d.intent_id] = kept[3]
-            self._entries, self.workers = entries, workers
-        self._decisions = decisions
+                entries[k] = self._entry[ids[k]]
+        else:
+            entries = list(map(self._entry.__getitem__, ids))
+            self.rows = dict(zip(ids, range(len(ids)), strict=True))
+        self._ids, self._entries, self.workers = ids, entries, workers
         return entries
-
-    def _rebuild(
-        self,
-        decisions: tuple[model.Decision, ...],
-        intents: Mapping[str, intent_pb2.ResourceIntent],
-    ) -> list[bytes]:
-        old = self._kept
-        new: dict[str, _Kept] = {}
-        for d in decisions:
-            intent = intents.get(d.intent_id)
-            kept = old.get(d.intent_id)
-            if kept is None or kept[0] is not d or kept[1] is not intent:
-                # only a rebuilt row makes a new entry: a steady plan adds nothing long-lived
-                # for the garbage collector to walk
-                kept = self._build(d, intent)
-            new[d.intent_id] = kept
-        self._kept = new
-        self._decisions, self._intents = decisions, intents
-        self._entries = [new[d.intent_id][2] for d in decisions]
-        self.rows = {d.intent_id: k for k, d in enumerate(decisions)}
-        self.workers = {intent_id: kept[3] for intent_id, kept in new.items()}
-        return self._entries
 
     def by_intent(self) -> dict[str, bytes]:
         """The last plan's entries per intent id, in plan order (what a delta is taken from)."""
-        return {d.intent_id: self._kept[d.intent_id][2] for d in self._decisions}
+        return dict(zip(self._ids, self._entries, strict=True))
+
+    def entry(self, intent_id: str) -> bytes | None:
+        """One intent's entry in the last plan (a NodePlan holding only its Allocation)."""
+        return self._entry.get(intent_id)
 
 
 def node_plan_header(

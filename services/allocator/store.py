@@ -19,8 +19,9 @@ A single row that cannot be read is skipped with an ERROR log naming it and
 the store: a submit beyond it is RESOURCE_EXHAUSTED naming the limit.
 
 Reads are served from an in-memory mirror updated after each commit, so GetIntent/ListIntents
-and the control loop never wait on a commit. ``version`` grows with every change; the loop
-uses it to invalidate its cached intent list.
+and the control loop never wait on a commit. ``version`` grows with every change, and
+``changes_since`` names the intents a recent version range changed, so the loop updates its
+intent list by what changed instead of reading every intent again.
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ log = logging.getLogger(__name__)
 MAX_BATCH = 256  # changes committed together at most
 WRITER_CHECK_S = 1.0  # a blocked caller checks this often that the writer thread is alive
 DEFAULT_MAX_INTENTS = 10_000  # allocator setting max_intents
+JOURNAL_VERSIONS = 1024  # versions whose changed ids changes_since can name
 
 
 class IntentStore:
@@ -86,6 +88,10 @@ class IntentStore:
         self._mirror: dict[str, StoredIntent] = {}
         self._content: dict[str, bytes] = {}
         self.version = 0
+        # (version, ids it changed) for the last JOURNAL_VERSIONS versions: changes_since
+        self._journal: collections.deque[tuple[int, tuple[str, ...]]] = collections.deque(
+            maxlen=JOURNAL_VERSIONS
+        )
         self.skipped_rows = 0
         self._db = open_store_db(self.path, synchronous)
         try:
@@ -163,6 +169,26 @@ class IntentStore:
             version = self.version
             items = list(self._mirror.values())
         return version, sorted(items, key=lambda s: s.seq)
+
+    def changes_since(self, version: int) -> tuple[int, dict[str, StoredIntent | None]] | None:
+        """(version now, per intent id changed since `version`: its StoredIntent now, None when
+        it left), consistent with each other; None when `version` is not one of the last
+        JOURNAL_VERSIONS versions (take a whole ``snapshot`` then). An intent changed since is
+        always a StoredIntent made after every other one, with a higher seq."""
+        with self._lock:
+            now = self.version
+            if version == now:
+                return now, {}
+            journal = self._journal
+            if version > now or not journal or journal[0][0] > version + 1:
+                return None
+            ids: set[str] = set()
+            for at, changed in reversed(journal):
+                if at <= version:
+                    break
+                ids.update(changed)
+            mirror = self._mirror
+            return now, {intent_id: mirror.get(intent_id) for intent_id in ids}
 
     def __len__(self) -> int:
         with self._lock:
@@ -296,6 +322,7 @@ class IntentStore:
                     self._content[intent_id] = content or b""
             if changes.mirror:
                 self.version += 1
+                self._journal.append((self.version, tuple(i for i, _, _ in changes.mirror)))
             self.commits += 1
             self.committed_ops += len(batch)
 

@@ -20,7 +20,7 @@ from services.core.validation import normalize_intent
 from tests.allocator.conftest import batch_intent, online_intent
 
 STEPS = st.lists(
-    st.sampled_from(["tick", "tick", "submit", "delete", "samples", "resubmit"]),
+    st.sampled_from(["tick", "tick", "submit", "delete", "samples", "resubmit", "burst"]),
     min_size=4,
     max_size=14,
 )
@@ -51,6 +51,14 @@ def test_cached_ticks_equal_a_plan_built_afresh(steps: list[str], seed: int) -> 
                     k = int(live[(seed + n) % len(live)].split("-")[1])
                     store.delete(f"lc-{k}")
                     store.submit(_intent(k, deadline=25.0 + n))
+                elif step == "burst" and live:  # several changes between two ticks
+                    live.append(store.submit(_intent(made)).intent.id)
+                    made += 1
+                    store.delete(live.pop((seed + n) % len(live)))
+                    live.append(store.submit(_intent(made)).intent.id)
+                    made += 1
+                    if seed % 2:  # the journal no longer reaching back: everything read
+                        store._journal.clear()
                 elif step == "samples":
                     for intent_id in live:
                         loop.predictor.observe_many(intent_id, [20.0 + n, 22.0 + seed % 7], units=2)

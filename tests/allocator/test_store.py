@@ -259,3 +259,26 @@ def test_writes_after_close_are_refused(tmp_path: Path) -> None:
     with pytest.raises(FailedPrecondition):
         s.submit(intent("late"))
     s.close()  # closing twice is harmless
+
+
+def test_changes_since_names_what_changed_and_admits_a_gap(store: IntentStore) -> None:
+    a = store.submit(intent("a", "a")).intent
+    store.submit(intent("b", "b"))
+    version = store.version
+    assert store.changes_since(version) == (version, {})
+    store.delete("b")
+    c = store.submit(intent("c", "c")).intent
+    store.delete("a")
+    store.submit(intent("a", "a", deadline=60.0))  # the same id, other content
+    now, changed = store.changes_since(version)  # type: ignore[misc]
+    assert now == store.version == version + 4
+    assert set(changed) == {"a", "b", "c"} and changed["b"] is None
+    _, stored = store.snapshot()
+    assert [s.intent.id for s in stored] == ["c", "a"]
+    assert changed["c"] is stored[0] and changed["a"] is stored[1]
+    assert changed["a"].intent != a and changed["c"].intent == c  # type: ignore[union-attr]
+    assert store.changes_since(version + 3)[1].keys() == {"a"}  # type: ignore[index]
+    assert store.changes_since(now + 1) is None  # a version the store never had
+    store._journal.clear()  # the journal no longer reaches back: read everything
+    assert store.changes_since(version) is None
+    assert store.changes_since(now) == (now, {})
