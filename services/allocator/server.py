@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import math
+import sys
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +40,10 @@ log = logging.getLogger(__name__)
 
 SERVICE_NAME = allocator_pb2.DESCRIPTOR.services_by_name["AllocatorService"].full_name
 MAX_ARRIVAL_RATE_SCALE = 1000.0
+# How long the tick thread may hold the interpreter lock before a waiting RPC thread gets it
+# (CPython's default is 5 ms): every wait of a handler behind a tick in progress costs up to
+# this, several times per call, so a shorter interval bounds RPC latency during a long tick.
+GIL_SWITCH_INTERVAL_S = 0.001
 
 
 @dataclass
@@ -360,6 +365,7 @@ def start_allocator(
 def main(argv: list[str] | None = None) -> None:
     settings, _ = parse_service_args("allocator", argv)
     configure_logging(settings.log_level, settings.log_format, "allocator")
+    sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
     try:
         running = start_allocator(settings, metrics_port=settings.metrics_port)
     except StoreUnusable as exc:  # the file and what to do, not a traceback

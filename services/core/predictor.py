@@ -198,6 +198,9 @@ class Predictor:
         self._current: dict[str, _Regime] = {}
         self._previous: dict[str, _Regime] = {}
         self._calibration: dict[str, _Calibration] = {}
+        # snapshot() kept between calls: the ids whose stats may have moved since are redone
+        self._snapshot: dict[str, ServiceStats] = {}
+        self._dirty: set[str] = set()
 
     def observe(
         self, intent_id: str, service_ms: float, units: int = 1, factor: float = 1.0
@@ -219,6 +222,7 @@ class Predictor:
                 raise ValueError("service_ms must be a finite, non-negative number")
             if regime is None:
                 regime = self._regime(intent_id, max(int(units), 1))
+                self._dirty.add(intent_id)
             regime.add(float(x) / factor)
 
     def _regime(self, intent_id: str, units: int) -> _Regime:
@@ -251,6 +255,7 @@ class Predictor:
         cal = self._calibration.get(intent_id)
         if cal is None:
             cal = self._calibration[intent_id] = _Calibration()
+        self._dirty.add(intent_id)
         cal.observed_ms, cal.predicted_ms = observed_ms, predicted
         cal.error = predicted / observed_ms - 1.0
         cal.compared_tick = tick
@@ -304,14 +309,26 @@ class Predictor:
         return stats if cal is None else cal.corrected(stats)
 
     def snapshot(self) -> dict[str, ServiceStats]:
-        out = {}
-        for intent_id in sorted(self._current):
-            s = self.stats(intent_id)
-            if s is not None:
-                out[intent_id] = s
-        return out
+        """Every intent's stats, by id in sorted order. Only intents observed, calibrated or
+        forgotten since the last call are looked at again (``stats`` hands out the same object
+        until then), so a tick with few new samples costs no Python code per intent."""
+        kept, dirty = self._snapshot, self._dirty
+        if dirty:
+            added = False
+            for intent_id in dirty:
+                s = self.stats(intent_id)
+                if s is None:
+                    kept.pop(intent_id, None)
+                else:
+                    added = added or intent_id not in kept
+                    kept[intent_id] = s
+            dirty.clear()
+            if added:
+                self._snapshot = kept = dict(sorted(kept.items()))
+        return dict(kept)
 
     def forget(self, intent_id: str) -> None:
+        self._dirty.add(intent_id)
         self._current.pop(intent_id, None)
         self._previous.pop(intent_id, None)
         self._calibration.pop(intent_id, None)

@@ -199,3 +199,42 @@ def test_a_steady_correction_hands_out_the_same_stats_object():
     assert p.stats("a") is first
     p.forget("a")
     assert p.calibration("a") is None and p.stats("a") is None
+
+
+OPS = st.lists(
+    st.tuples(
+        st.sampled_from(["observe", "calibrate", "calibrate", "forget", "snapshot"]),
+        st.sampled_from(["a", "b", "c", "d"]),
+        st.floats(1.0, 100.0),
+        st.integers(1, 3),
+    ),
+    max_size=60,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(ops=OPS)
+def test_kept_snapshot_equals_every_intents_stats_afresh(ops) -> None:  # type: ignore[no-untyped-def]
+    p = Predictor()
+    for tick, (op, intent_id, x, units) in enumerate(ops, start=1):
+        if op == "observe":
+            p.observe_many(intent_id, [x, x * 1.5, x * 0.7] * units, units=units)
+        elif op == "calibrate":
+            # a steady prediction half the observed tail: the correction moves
+            p.calibrate(intent_id, 60.0, 500, _decision(30.0, tick, since=tick - 10), tick)
+        elif op == "forget":
+            p.forget(intent_id)
+        got = p.snapshot()
+        fresh = {i: s for i in sorted(p._current) if (s := p.stats(i)) is not None}
+        assert list(got) == list(fresh)
+        assert all(got[i] is fresh[i] for i in fresh)  # the very objects: the memo's key
+
+
+def test_kept_snapshot_follows_a_correction_learnt_without_new_samples() -> None:
+    p = Predictor()
+    p.observe_many("a", [10.0, 12.0, 11.0] * 10, units=2)
+    before = p.snapshot()["a"]
+    for tick in range(20, 40):
+        p.calibrate("a", 60.0, 500, _decision(30.0, tick, since=0), tick)
+    after = p.snapshot()["a"]
+    assert after is p.stats("a") and after.latency_correction != before.latency_correction
