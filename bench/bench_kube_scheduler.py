@@ -2,13 +2,18 @@
 
 One real control plane (../shared/k8s/control-plane: etcd, kube-apiserver, kube-scheduler
 v1.36.2) with N fake Ready nodes; the extender runs as its own process (``kube_api:
-kubeconfig``: it watches nodes, NodeIntentStates and bound pods). Per phase kube-scheduler is
-started afresh with one KubeSchedulerConfiguration: A = its defaults, B = the same plus the
-extender (filter + prioritize, nodeCacheCapable; kube-scheduler binds, as in deploy/), C = B with
-the extender's ``managedResources: [parfusion.io/intent]`` (ignoredByScheduler), so that
-kube-scheduler calls it only for the pods that request that marker: the ones with an intent.
-Every arm schedules the same pods (those with an intent request the marker) and ignores the
-marker in NodeResourcesFit. Phases alternate A B C A B C ... per mode:
+kubeconfig``: it watches nodes, NodeIntentStates and bound pods), and deploy/'s admission policy
+(30-intent-marker.yaml) is applied, so the pods are created as a user writes them, without the
+``parfusion.io/intent`` marker, and the API server adds it to those with an intent. Per phase
+kube-scheduler (profile ``parfusion-scheduler``) is started afresh with one
+KubeSchedulerConfiguration: C = the shipped one (deploy/scheduler/: the extender with filter,
+prioritize, bind and preempt, nodeCacheCapable, called only for pods requesting the marker), B =
+C with ``managedResources: []`` (the extender for every pod, the configuration shipped before the
+policy), A = no extender. In A and B NodeResourcesFit ignores the marker, as the managed resource
+makes it ignored in C, so the three schedule the same pods. D (not run by default) = C with
+kube-scheduler binding instead of the extender; ``--binder scheduler`` drops the extender's bind
+verb from B and C as well.
+Phases alternate A B C A B C ... per mode:
 
 * ``backlog``: P pods (half with an intent) are created while no scheduler runs; the clock runs
   from the scheduler's readiness to the last pod bound: how fast a backlog drains;
@@ -23,7 +28,7 @@ every process (kube-scheduler, kube-apiserver, etcd, extender) from /proc. The m
 shared: compare the ratio within one run, not the absolute rates across runs.
 
     .venv/bin/python bench/bench_kube_scheduler.py [--nodes 1000] [--pods 1000] [--rounds 2]
-        [--modes backlog,stream] [--qps raised] [--arms A,B,C]
+        [--modes backlog,stream] [--qps raised] [--arms A,B,C] [--binder extender]
         [--out results/bench/kube_scheduler.json]
 """
 
@@ -53,7 +58,9 @@ sys.path.insert(0, str(ROOT))
 
 from kube_measure import cpu_seconds, histogram, ms, quantile, ratios, table  # noqa: E402
 
+from parfusion.deploy_scheduler import SCHEDULER_NAME, scheduler_configuration  # noqa: E402
 from services.common.kube import Informer, PodHead, ResourcePath, connect  # noqa: E402
+from services.core.podintent import MARKER  # noqa: E402
 
 K8S = Path(os.environ.get("PARFUSION_TEST_K8S_DIR") or ROOT.parent / "shared" / "k8s")
 INTENT = {
@@ -64,12 +71,10 @@ INTENT = {
     "speedup": {"parallelFraction": 0.9, "baseServiceMs": 20},
 }
 QPS = {"raised": 5000, "default": 50}
-# the extended resource that marks a pod with an intent (docs/kubernetes.md): with it in the
-# extender's managedResources kube-scheduler calls the extender only for pods requesting it
-MARKER = "parfusion.io/intent"
-# A = no extender; B = the extender for every pod (as deploy/); C = the extender only for pods
-# that request MARKER (managedResources, ignoredByScheduler)
-ARMS = ("A", "B", "C")
+# A = no extender; B = the extender for every pod (managedResources: []); C = deploy/'s
+# configuration: the extender only for pods requesting MARKER, which the admission policy adds;
+# D = C with kube-scheduler binding (no bindVerb)
+ARMS = ("A", "B", "C", "D")
 
 
 def free_port() -> int:
@@ -79,9 +84,9 @@ def free_port() -> int:
 
 
 class Bench:
-    def __init__(self, workdir: Path, nodes: int, pods: int) -> None:
+    def __init__(self, workdir: Path, nodes: int, pods: int, binder: str = "extender") -> None:
         self.dir = workdir / "cp"
-        self.nodes, self.pods = nodes, pods
+        self.nodes, self.pods, self.binder = nodes, pods, binder
         self.ports = {
             k: str(free_port()) for k in ("ETCD_PORT", "ETCD_PEER_PORT", "API_PORT", "SCHED_PORT")
         }
@@ -122,7 +127,32 @@ class Bench:
         self.api_client = api_client
         for crd in ("01-crd-resourceintent.yaml", "02-crd-nodeintentstate.yaml"):
             self.kubectl("apply", "-f", str(ROOT / "deploy" / crd))
+        self.kubectl("apply", "-f", str(ROOT / "deploy" / "30-intent-marker.yaml"))
         self._make_nodes()
+        self._wait_for_the_policy()
+
+    def _wait_for_the_policy(self) -> None:
+        """The policy loads asynchronously: wait until a dry-run pod with an intent is marked."""
+        deadline = time.monotonic() + 60
+        with self.http() as http:
+            while time.monotonic() < deadline:
+                reply = http.post(
+                    "/api/v1/namespaces/default/pods",
+                    params={"dryRun": "All"},
+                    json=self.pod(0, "policy-probe"),
+                )
+                reply.raise_for_status()
+                if self.marked(reply.json()):
+                    return
+                time.sleep(0.3)
+        raise SystemExit("the intent-marker admission policy did not take effect")
+
+    @staticmethod
+    def marked(pod: dict[str, Any]) -> bool:
+        return any(
+            MARKER in ((c.get("resources") or {}).get("requests") or {})
+            for c in pod["spec"]["containers"]
+        )
 
     def http(self) -> httpx.Client:
         """A keep-alive HTTPS client with the admin certificate (the creators' own, per thread:
@@ -203,30 +233,21 @@ class Bench:
         raise SystemExit("the extender did not learn the nodes")
 
     def scheduler_config(self, arm: str, qps: int) -> Path:
-        # every arm's NodeResourcesFit ignores the marker (no node advertises it), so all three
-        # schedule the same pods with the same plugins
-        fit = {"name": "NodeResourcesFit", "args": {"ignoredResources": [MARKER]}}
-        config: dict[str, Any] = {
-            "apiVersion": "kubescheduler.config.k8s.io/v1",
-            "kind": "KubeSchedulerConfiguration",
-            "clientConnection": {"kubeconfig": self.kubeconfig, "qps": qps, "burst": qps},
-            "leaderElection": {"leaderElect": False},
-            "profiles": [{"schedulerName": "default-scheduler", "pluginConfig": [fit]}],
-        }
-        if arm != "A":
-            managed = [{"name": MARKER, "ignoredByScheduler": True}] if arm == "C" else []
-            config["extenders"] = [
-                {
-                    "urlPrefix": f"http://127.0.0.1:{self.extender_port}",
-                    "filterVerb": "filter",
-                    "prioritizeVerb": "prioritize",
-                    "weight": 5,
-                    "nodeCacheCapable": True,
-                    "ignorable": False,
-                    "httpTimeout": "5s",
-                    "managedResources": managed,
-                }
-            ]
+        config: dict[str, Any] = scheduler_configuration()  # C: deploy/scheduler/
+        config["leaderElection"] = {"leaderElect": False}
+        config["clientConnection"] = {"kubeconfig": self.kubeconfig, "qps": qps, "burst": qps}
+        [extender] = config["extenders"]
+        extender["urlPrefix"] = f"http://127.0.0.1:{self.extender_port}"
+        if self.binder == "scheduler" or arm == "D":
+            del extender["bindVerb"]
+        if arm not in ("C", "D"):
+            # the marker is no managed resource here: NodeResourcesFit must ignore it (no node
+            # advertises it), so all arms schedule the same pods
+            fit = {"name": "NodeResourcesFit", "args": {"ignoredResources": [MARKER]}}
+            config["profiles"] = [{"schedulerName": SCHEDULER_NAME, "pluginConfig": [fit]}]
+            extender["managedResources"] = []
+        if arm == "A":
+            del config["extenders"]
         path = self.workdir / f"scheduler-{arm}-{qps}.yaml"
         path.write_text(yaml.safe_dump(config))
         return path
@@ -297,43 +318,46 @@ class Bench:
     # --- pods --------------------------------------------------------------------------------
 
     def pod(self, i: int, phase: str) -> dict[str, Any]:
+        """Every second pod carries an intent, none the marker (the policy adds it)."""
         meta: dict[str, Any] = {"name": f"{phase}-{i:05d}", "labels": {"bench": phase}}
         resources: dict[str, Any] = {"requests": {"cpu": "100m", "memory": "128Mi"}}
         if i % 2 == 0:
             meta["annotations"] = {"parfusion.io/intent": json.dumps(INTENT)}
-            resources = {
-                "requests": {**resources["requests"], MARKER: "1"},
-                "limits": {MARKER: "1"},  # an extended resource's request must equal its limit
-            }
         return {
             "apiVersion": "v1",
             "kind": "Pod",
             "metadata": meta,
             "spec": {
+                "schedulerName": SCHEDULER_NAME,
                 "containers": [
                     {
                         "name": "main",
                         "image": "registry.invalid/none:0",
                         "resources": resources,
                     }
-                ]
+                ],
             },
         }
 
     def create_pods(self, phase: str) -> float:
-        """Create the phase's pods (8 threads, keep-alive); the time the first was created."""
+        """Create the phase's pods (8 threads, keep-alive); the time the first was created.
+        Fails unless the API server marked exactly the pods with an intent."""
         local = threading.local()
+        wrong: list[str] = []
 
         def make(i: int) -> None:
             if not hasattr(local, "http"):
                 local.http = self.http()
-            local.http.post(
-                "/api/v1/namespaces/default/pods", json=self.pod(i, phase)
-            ).raise_for_status()
+            reply = local.http.post("/api/v1/namespaces/default/pods", json=self.pod(i, phase))
+            reply.raise_for_status()
+            if self.marked(reply.json()) != (i % 2 == 0):
+                wrong.append(reply.json()["metadata"]["name"])
 
         started = time.monotonic()
         with ThreadPoolExecutor(8) as pool:
             list(pool.map(make, range(self.pods)))
+        if wrong:
+            raise SystemExit(f"{len(wrong)} pods marked wrongly by the policy, e.g. {wrong[0]}")
         return started
 
     def delete_pods(self) -> None:
@@ -429,7 +453,7 @@ class Bench:
         }
         if with_extender:
             verbs = {}
-            for verb in ("filter", "prioritize"):
+            for verb in ("filter", "prioritize", "bind"):
                 match = f'verb="{verb}"'
                 before = histogram(ext0, "parfusion_extender_request_duration_seconds", match)
                 after = histogram(ext1, "parfusion_extender_request_duration_seconds", match)
@@ -450,7 +474,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=2, help="A/B pairs per mode")
     parser.add_argument("--modes", default="backlog,stream")
     parser.add_argument("--qps", default="raised", help="raised, default or both")
-    parser.add_argument("--arms", default=",".join(ARMS), help="phases per round, in order")
+    parser.add_argument("--arms", default="A,B,C", help="phases per round, in order (A-D)")
+    parser.add_argument(
+        "--binder",
+        choices=("extender", "scheduler"),
+        default="extender",
+        help="who binds in B and C: the extender (bindVerb, as deploy/) or kube-scheduler",
+    )
     parser.add_argument("--out", default=str(ROOT / "results" / "bench" / "kube_scheduler.json"))
     ns = parser.parse_args(argv)
     if not (K8S / "control-plane").exists() or shutil.which("etcd") is None:
@@ -459,7 +489,7 @@ def main(argv: list[str] | None = None) -> int:
     qps_modes = ["raised", "default"] if ns.qps == "both" else [ns.qps]
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # tear the plane down on TERM
     workdir = Path(tempfile.mkdtemp(prefix="bench-kube-"))
-    bench = Bench(workdir, ns.nodes, ns.pods)
+    bench = Bench(workdir, ns.nodes, ns.pods, ns.binder)
     rows: list[dict[str, Any]] = []
     load_at_start = os.getloadavg()
     try:
@@ -481,6 +511,7 @@ def main(argv: list[str] | None = None) -> int:
     result = {
         "nodes": ns.nodes,
         "pods": ns.pods,
+        "binder": ns.binder,
         "cpus": os.cpu_count(),
         "load_at_start": load_at_start,  # 1, 5, 15 min: the machine is shared
         "load_at_end": os.getloadavg(),

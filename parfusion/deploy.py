@@ -34,6 +34,7 @@ from parfusion.deploy_objects import (
 from parfusion.deploy_scheduler import (
     SCHEDULER_NAME,
     extender_rbac,
+    marker_policy,
     node_rbac,
     scheduler_configuration,
     scheduler_manifests,
@@ -250,6 +251,9 @@ def render_manifests(config_path: Path | None = None) -> dict[str, list[dict[str
     for spec in SERVICES:
         if spec.name not in NODE_SERVICES:
             files[f"20-{spec.name}.yaml"] = app_manifests(spec.name, doc)
+    # before the scheduler: a pod with an intent created while the policy is missing is placed
+    # without the extender
+    files["30-intent-marker.yaml"] = marker_policy()
     files["30-scheduler.yaml"] = scheduler_manifests()
     # Not an API object: the file the ConfigMap above carries, for review and for
     # `kube-scheduler --config` outside the cluster (kubectl apply -f deploy/ skips subfolders).

@@ -1,8 +1,10 @@
-"""The second kube-scheduler (profile ``parfusion-scheduler``, calling the extender) and the
-RBAC of every PARFusion workload: exactly the API calls each one makes."""
+"""The second kube-scheduler (profile ``parfusion-scheduler``, calling the extender), the
+admission policy that marks the pods it must send to the extender, and the RBAC of every
+PARFusion workload: exactly the API calls each one makes."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -20,10 +22,12 @@ from parfusion.deploy_objects import (
     workload_name,
 )
 from parfusion.services import BY_NAME
+from services.core.podintent import ANNOTATION, LABEL_PREFIX, MARKER
 
 SCHEDULER_NAME = "parfusion-scheduler"
 KUBE_SCHEDULER_IMAGE = "registry.k8s.io/kube-scheduler:v1.31.2"
 SCHEDULER_CONFIG_PATH = "/etc/kubernetes/parfusion-scheduler/config.yaml"
+MARKER_POLICY = "parfusion-intent-marker"
 
 
 def extender_url() -> str:
@@ -98,16 +102,99 @@ def scheduler_configuration() -> dict[str, Any]:
                 "httpTimeout": "2s",
                 # NodeNames instead of full Node objects: the extender keeps its own node view.
                 "nodeCacheCapable": True,
-                # Empty: this scheduler only serves pods that opted in with
-                # schedulerName: parfusion-scheduler, and every one of them is sent (a pod
-                # without an intent passes through). A non-empty list would skip pods that
-                # request none of its resources, CPU-only intents included.
-                "managedResources": [],
+                # Called only for pods that request the marker, which the admission policy
+                # (marker_policy) adds to every pod of this profile that carries an intent: for
+                # a pod without one the extender's answer was a no-op. No node advertises the
+                # marker, so kube-scheduler's own resource fit must ignore it.
+                "managedResources": [{"name": MARKER, "ignoredByScheduler": True}],
                 # GPU-lane and deadline checks must hold: no silent fallback when unreachable.
                 "ignorable": False,
             }
         ],
     }
+
+
+def _cel(text: str) -> str:
+    return json.dumps(text)  # a CEL string literal (same escapes as JSON for these names)
+
+
+def marker_policy() -> list[dict[str, Any]]:
+    """A MutatingAdmissionPolicy (admissionregistration.k8s.io/v1, CEL in kube-apiserver, no
+    webhook) and its binding: a pod created for ``parfusion-scheduler`` that carries an intent
+    (what services/core/podintent.py reads as present: the annotation, or any ``parfusion.io/``
+    label) gets ``MARKER: "1"`` in its first container's requests and limits, unless a container
+    already requests or limits it. The other pods are left exactly as they are."""
+    marker = _cel(MARKER)
+    # kube-scheduler's test for "requests a managed resource": any container or init container
+    # naming it in requests or limits
+    marked = (
+        f"c, {marker} in c.?resources.?requests.orValue({{}}) ||\n"
+        f"  {marker} in c.?resources.?limits.orValue({{}})"
+    )
+    conditions = {
+        "for-parfusion-scheduler": (
+            f'object.spec.?schedulerName.orValue("") == {_cel(SCHEDULER_NAME)}\n'
+        ),
+        "carries-an-intent": (
+            f"{_cel(ANNOTATION)} in object.metadata.?annotations.orValue({{}}) ||\n"
+            f"object.metadata.?labels.orValue({{}}).exists(k, k.startsWith({_cel(LABEL_PREFIX)}))\n"
+        ),
+        # (no container: a list index would fail; API validation refuses the pod after us)
+        "not-marked-yet": (
+            f"size(object.spec.containers) > 0 &&\n"
+            f"!object.spec.containers.exists({marked}) &&\n"
+            f"!object.spec.?initContainers.orValue([]).exists({marked})\n"
+        ),
+    }
+    # an extended resource's request must equal its limit (API validation), so both are set;
+    # containers merge by name, so this touches the first container's resources only
+    mark = (
+        "Object{spec: Object.spec{containers: [Object.spec.containers{\n"
+        "  name: object.spec.containers[0].name,\n"
+        "  resources: Object.spec.containers.resources{\n"
+        f'    requests: {{{marker}: "1"}},\n'
+        f'    limits: {{{marker}: "1"}}\n'
+        "  }\n"
+        "}]}}\n"
+    )
+    api = "admissionregistration.k8s.io/v1"
+    meta = object_meta(MARKER_POLICY, SCHEDULER_NAME, namespaced=False)
+    return [
+        {
+            "apiVersion": api,
+            "kind": "MutatingAdmissionPolicy",
+            "metadata": meta,
+            "spec": {
+                "matchConstraints": {
+                    "resourceRules": [
+                        {
+                            "apiGroups": [""],
+                            "apiVersions": ["v1"],
+                            "operations": ["CREATE"],
+                            "resources": ["pods"],
+                        }
+                    ]
+                },
+                "matchConditions": [{"name": n, "expression": e} for n, e in conditions.items()],
+                # a pod with an intent that cannot be marked must not be placed without the
+                # extender (the extender's ignorable: false, likewise)
+                "failurePolicy": "Fail",
+                "reinvocationPolicy": "Never",
+                "mutations": [
+                    {
+                        "patchType": "ApplyConfiguration",
+                        "applyConfiguration": {"expression": mark},
+                    }
+                ],
+            },
+        },
+        {
+            "apiVersion": api,
+            "kind": "MutatingAdmissionPolicyBinding",
+            "metadata": meta,
+            "spec": {"policyName": MARKER_POLICY},
+        },
+    ]
 
 
 def scheduler_manifests() -> list[dict[str, Any]]:

@@ -41,6 +41,10 @@ from services.core.model import IntentSpec
 from services.core.validation import normalize_intent
 
 ANNOTATION = "parfusion.io/intent"
+# The extended resource that marks a pod carrying an intent, so a kube-scheduler whose extender
+# manages it calls the extender only for those pods (docs/kubernetes.md); the admission policy in
+# deploy/ adds it to every such pod at creation.
+MARKER = ANNOTATION
 LABEL_PREFIX = "parfusion.io/"
 LABEL_FIELDS: dict[str, tuple[str, ...]] = {
     "class": ("workload_class",),

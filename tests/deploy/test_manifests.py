@@ -12,13 +12,21 @@ from google.protobuf import json_format
 
 from parfusion import deploy
 from parfusion.deploy_objects import NAMESPACE, NODE_SERVICES
-from parfusion.deploy_scheduler import SCHEDULER_NAME
+from parfusion.deploy_scheduler import MARKER_POLICY, SCHEDULER_NAME
 from parfusion.services import BY_NAME, SERVICES
 from parfusion.v1 import intent_pb2
 from services.core.convert import intents_in_file
+from services.core.podintent import MARKER
 from tests.conftest import ROOT
 
-CLUSTER_SCOPED = {"Namespace", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding"}
+CLUSTER_SCOPED = {
+    "Namespace",
+    "CustomResourceDefinition",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "MutatingAdmissionPolicy",
+    "MutatingAdmissionPolicyBinding",
+}
 SYSTEM_ROLES = {
     "system:kube-scheduler",
     "system:volume-scheduler",
@@ -196,6 +204,26 @@ def test_scheduler_configuration_calls_the_extender() -> None:
         in _by_kind("Role")[f"{SCHEDULER_NAME}-leader-election"]["rules"][1]["resourceNames"]
     )
     assert _by_kind("Pod")["detector"]["spec"]["schedulerName"] == profile["schedulerName"]
+
+
+def test_the_extender_manages_the_marker_that_the_shipped_policy_adds() -> None:
+    """The scheduler calls the extender only for pods requesting the marker, so deploy/ must
+    also ship the admission policy adding it, bound, for this scheduler's pods (what it marks
+    is tested against a real API server in tests/kube/test_marker.py)."""
+    [ext] = yaml.safe_load((ROOT / "deploy/scheduler/kube-scheduler-config.yaml").read_text())[
+        "extenders"
+    ]
+    assert ext["managedResources"] == [{"name": MARKER, "ignoredByScheduler": True}]
+    policy = _by_kind("MutatingAdmissionPolicy")[MARKER_POLICY]
+    binding = _by_kind("MutatingAdmissionPolicyBinding")[MARKER_POLICY]
+    assert binding["spec"]["policyName"] == MARKER_POLICY
+    assert policy["spec"]["failurePolicy"] == "Fail"
+    [rule] = policy["spec"]["matchConstraints"]["resourceRules"]
+    assert rule["resources"] == ["pods"] and rule["operations"] == ["CREATE"]
+    conditions = " ".join(c["expression"] for c in policy["spec"]["matchConditions"])
+    assert f'"{SCHEDULER_NAME}"' in conditions
+    [mutation] = policy["spec"]["mutations"]
+    assert mutation["applyConfiguration"]["expression"].count(f'"{MARKER}": "1"') == 2
 
 
 def _check(schema: dict[str, Any], value: Any, where: str) -> None:

@@ -5,10 +5,11 @@ and the ``control-plane`` script; etcd comes from Debian (``make test`` installs
 root). Without them the tests skip and say why. Every port is a free one, so parallel runs never
 collide, and the plane is always taken down.
 
-``cluster`` is the whole PARFusion-on-Kubernetes picture: the CRDs, three fake Ready nodes,
-the extender (``kube_api: kubeconfig``) that kube-scheduler calls with the shipped
-KubeSchedulerConfiguration (nodeCacheCapable, extender binds), and per node its own allocator
-and modeled node agent (own ports, own PARFUSION_NODE_NAME) reconciling that node's intents.
+``cluster`` is the whole PARFusion-on-Kubernetes picture: the CRDs, the admission policy that
+marks pods carrying an intent, three fake Ready nodes, the extender (``kube_api: kubeconfig``)
+that kube-scheduler calls with the shipped KubeSchedulerConfiguration (nodeCacheCapable,
+extender binds, only for marked pods), and per node its own allocator and modeled node agent
+(own ports, own PARFUSION_NODE_NAME) reconciling that node's intents.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import ssl
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -28,7 +30,8 @@ import httpx
 import pytest
 import yaml
 
-from parfusion.deploy_scheduler import scheduler_configuration
+from parfusion.deploy_scheduler import SCHEDULER_NAME, scheduler_configuration
+from services.core.podintent import MARKER
 from tests.conftest import ROOT, free_port
 from tests.stack import Stack, start_stack
 
@@ -89,6 +92,41 @@ class ControlPlane:
 
     def get(self, *args: str) -> Any:
         return json.loads(self.kubectl("get", *args, "-o", "json"))
+
+    def api(self) -> httpx.Client:
+        """A keep-alive HTTPS client of the API server with the admin certificate."""
+        pki = self.directory / "pki"
+        tls = ssl.create_default_context(cafile=str(pki / "ca.crt"))
+        tls.load_cert_chain(pki / "admin.crt", pki / "admin.key")
+        return httpx.Client(
+            base_url=f"https://127.0.0.1:{self.env['API_PORT']}", verify=tls, timeout=30
+        )
+
+
+def apply_marker_policy(plane: ControlPlane) -> None:
+    """Apply deploy/'s intent-marker admission policy and wait until the API server enforces it
+    (policies load asynchronously): a dry-run pod with an intent comes back marked."""
+    plane.kubectl("apply", "-f", str(ROOT / "deploy" / "30-intent-marker.yaml"))
+    probe = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "marker-probe", "labels": {"parfusion.io/class": "BATCH"}},
+        "spec": {
+            "schedulerName": SCHEDULER_NAME,
+            "containers": [{"name": "main", "image": "registry.invalid/none:0"}],
+        },
+    }
+
+    def marked() -> bool:
+        with plane.api() as api:
+            reply = api.post(
+                "/api/v1/namespaces/default/pods", params={"dryRun": "All"}, json=probe
+            )
+        reply.raise_for_status()
+        resources = reply.json()["spec"]["containers"][0].get("resources") or {}
+        return MARKER in (resources.get("requests") or {})
+
+    wait_for(marked, "the intent-marker policy to take effect", timeout=30)
 
 
 @dataclass
@@ -166,6 +204,8 @@ def cluster(
     plane.kubectl("apply", "-f", str(ROOT / "deploy" / "01-crd-resourceintent.yaml"))
     plane.kubectl("apply", "-f", str(ROOT / "deploy" / "02-crd-nodeintentstate.yaml"))
     plane.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=30s")
+    # the shipped scheduler calls the extender only for marked pods: the policy marks them
+    apply_marker_policy(plane)
     for name, cpus in NODES.items():
         plane.script("node", name, str(cpus), "64Gi")
     kube = {"PARFUSION_EXTENDER_KUBE_API": "kubeconfig"}

@@ -1,90 +1,185 @@
-"""The optional ``parfusion.io/intent`` marker (docs/kubernetes.md): with it in the extender's
-``managedResources`` a real kube-scheduler calls the extender only for pods requesting it, and
-the marker (advertised by no node) does not keep those pods from being placed."""
+"""The ``parfusion.io/intent`` marker (docs/kubernetes.md): deploy/'s admission policy adds it to
+exactly the pods of the ``parfusion-scheduler`` profile that carry an intent, the shipped
+KubeSchedulerConfiguration calls the extender only for marked pods, and the marker (advertised by
+no node) keeps no pod from being placed."""
 
 from __future__ import annotations
 
-import subprocess
-from collections.abc import Iterator
+import json
+from types import SimpleNamespace
 from typing import Any
 
 import httpx
 import pytest
-import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.conftest import free_port
+from parfusion.deploy_scheduler import SCHEDULER_NAME
+from services.core.podintent import ANNOTATION, MARKER, pod_intent
 from tests.kube.conftest import Cluster, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
-MARKER = "parfusion.io/intent"
-SCHEDULER = "parfusion-marked"
 INTENT_LABELS = {"parfusion.io/class": "BATCH", "parfusion.io/priority": "300"}
+SMALL_INTENT = {"workloadClass": "BATCH", "priority": 200, "parallelism": {"min": 1, "max": 2}}
+MARKED = {MARKER: "1"}
 
 
-@pytest.fixture
-def marked_scheduler(cluster: Cluster) -> Iterator[str]:
-    """A second kube-scheduler (profile ``parfusion-marked``) whose extender is the cluster's,
-    managing only the marker; its name for ``spec.schedulerName``."""
-    plane = cluster.plane
-    config = {
-        "apiVersion": "kubescheduler.config.k8s.io/v1",
-        "kind": "KubeSchedulerConfiguration",
-        "clientConnection": {"kubeconfig": plane.kubeconfig},
-        "leaderElection": {"leaderElect": False},
-        "profiles": [{"schedulerName": SCHEDULER}],
-        "extenders": [
-            {
-                "urlPrefix": cluster.extender_url,
-                "filterVerb": "filter",
-                "prioritizeVerb": "prioritize",
-                "weight": 5,
-                "nodeCacheCapable": True,
-                "ignorable": False,
-                "managedResources": [{"name": MARKER, "ignoredByScheduler": True}],
-            }
-        ],
-    }
-    path = plane.directory / "scheduler-marked.yaml"
-    path.write_text(yaml.safe_dump(config))
-    port = free_port()
-    log = (plane.directory / "kube-scheduler-marked.log").open("ab")
-    process = subprocess.Popen(
-        [
-            str(plane.directory / "bin" / "kube-scheduler"),
-            f"--config={path}",
-            "--bind-address=127.0.0.1",
-            f"--secure-port={port}",
-        ],
-        stdout=log,
-        stderr=log,
-    )
-    try:
-        wait_for(
-            lambda: httpx.get(f"https://127.0.0.1:{port}/readyz", verify=False).status_code == 200,
-            "the second kube-scheduler to be ready",
-            timeout=60,
-        )
-        yield SCHEDULER
-    finally:
-        process.terminate()
-        process.wait(15)
-        log.close()
+def container(name: str = "main", marker: str | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = {"name": name, "image": "registry.invalid/none:0"}
+    if marker is not None:  # an extended resource's request must equal its limit
+        out["resources"] = {"requests": {MARKER: marker}, "limits": {MARKER: marker}}
+    return out
 
 
-def marked_pod(name: str, intent: bool, marker: bool) -> dict[str, Any]:
+def pod(
+    name: str,
+    labels: dict[str, str] | None = None,
+    annotations: dict[str, str] | None = None,
+    scheduler: str | None = SCHEDULER_NAME,
+    containers: list[dict[str, Any]] | None = None,
+    init: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
     meta: dict[str, Any] = {"name": name, "namespace": "default"}
-    if intent:
-        meta["labels"] = INTENT_LABELS
-    container: dict[str, Any] = {"name": "main", "image": "registry.invalid/none:0"}
-    if marker:
-        container["resources"] = {"requests": {MARKER: "1"}, "limits": {MARKER: "1"}}
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": meta,
-        "spec": {"schedulerName": SCHEDULER, "containers": [container]},
+    if labels:
+        meta["labels"] = labels
+    if annotations:
+        meta["annotations"] = annotations
+    spec: dict[str, Any] = {"containers": containers or [container()]}
+    if scheduler is not None:
+        spec["schedulerName"] = scheduler
+    if init:
+        spec["initContainers"] = init
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
+
+
+def resources(stored: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each container's requests and limits as stored (init containers after the others)."""
+    spec = stored["spec"]
+    return [
+        {k: dict(v) for k, v in (c.get("resources") or {}).items() if k in ("requests", "limits")}
+        for c in spec["containers"] + spec.get("initContainers", [])
+    ]
+
+
+def test_the_policy_marks_exactly_the_pods_of_the_profile_that_carry_an_intent(
+    cluster: Cluster,
+) -> None:
+    plain, marked = {}, {"requests": MARKED, "limits": MARKED}
+    cases = {
+        # (the pod, each container's resources as stored)
+        "with-annotation": (
+            pod(
+                "with-annotation",
+                annotations={ANNOTATION: json.dumps(SMALL_INTENT)},
+                containers=[container("first"), container("second")],
+            ),
+            [marked, plain],
+        ),
+        "with-labels": (pod("with-labels", labels=INTENT_LABELS), [marked]),
+        # an invalid intent is still an intent: the extender must see it to say why it refuses
+        "with-invalid-labels": (pod("with-invalid-labels", {"parfusion.io/owner": "x"}), [marked]),
+        "without-intent": (pod("without-intent", labels={"app": "plain"}), [plain]),
+        "other-scheduler": (pod("other-scheduler", INTENT_LABELS, scheduler=None), [plain]),
+        "marked-by-hand": (
+            pod("marked-by-hand", INTENT_LABELS, containers=[container(), container("b", "2")]),
+            [plain, {"requests": {MARKER: "2"}, "limits": {MARKER: "2"}}],
+        ),
+        "init-marked": (
+            pod("init-marked", INTENT_LABELS, init=[container("init", "1")]),
+            [plain, marked],
+        ),
     }
+    with cluster.plane.api() as api:
+        for name, (body, _) in cases.items():
+            # server-side dry run: admission runs, nothing is stored or scheduled
+            reply = api.post("/api/v1/namespaces/default/pods", params={"dryRun": "All"}, json=body)
+            assert reply.status_code == 201, (name, reply.text)
+            assert resources(reply.json()) == cases[name][1], name
+    # and a pod really created keeps its other requests next to the marker
+    body = pod("stored", INTENT_LABELS)
+    body["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "100m"}}
+    cluster.plane.apply(body)
+    try:
+        stored = cluster.plane.get("pod", "stored")
+        assert resources(stored) == [{"requests": {"cpu": "100m", **MARKED}, "limits": MARKED}]
+    finally:
+        cluster.plane.kubectl("delete", "pod", "stored", "--wait=false", check=False)
+
+
+LABEL_KEYS = st.sampled_from(
+    [
+        "parfusion.io/class",
+        "parfusion.io/priority",
+        "parfusion.io/intent",
+        "parfusion.io/owner",
+        "parfusion.iox/class",
+        "xparfusion.io/class",
+        "example.com/parfusion.io",
+        "app",
+    ]
+)
+ANNOTATION_KEYS = st.sampled_from(
+    [ANNOTATION, "parfusion.io/other", "example.com/intent", "intent", "parfusion.io"]
+)
+LABEL_VALUES = st.sampled_from(["", "BATCH", "online", "300", "x"])
+ANNOTATION_VALUES = st.text(st.characters(exclude_categories=("Cs",)), max_size=24)
+
+
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(
+    labels=st.dictionaries(LABEL_KEYS, LABEL_VALUES, max_size=3),
+    annotations=st.dictionaries(ANNOTATION_KEYS, ANNOTATION_VALUES, max_size=2),
+    scheduler=st.sampled_from([SCHEDULER_NAME, "default-scheduler", None]),
+    containers=st.integers(1, 3),
+    marked_by_hand=st.sampled_from([None, "container", "init"]),
+)
+def test_fuzz_the_policy_agrees_with_the_extenders_reading_of_a_pod(
+    cluster: Cluster,
+    labels: dict[str, str],
+    annotations: dict[str, str],
+    scheduler: str | None,
+    containers: int,
+    marked_by_hand: str | None,
+) -> None:
+    """Marked by the API server exactly when podintent.py finds an intent (the extender would
+    act on it), the pod is for the PARFusion profile and no container marks it already."""
+    body = pod(
+        "fuzz",
+        labels,
+        annotations,
+        scheduler,
+        containers=[
+            container(
+                f"c{i}", "1" if marked_by_hand == "container" and i == containers - 1 else None
+            )
+            for i in range(containers)
+        ],
+        init=[container("init", "1")] if marked_by_hand == "init" else None,
+    )
+    with cluster.plane.api() as api:
+        reply = api.post("/api/v1/namespaces/default/pods", params={"dryRun": "All"}, json=body)
+    assert reply.status_code == 201, reply.text
+    meta = SimpleNamespace(
+        name="fuzz", namespace="default", uid="", labels=labels, annotations=annotations
+    )
+    expect_marked = (
+        pod_intent(meta).present and scheduler == SCHEDULER_NAME and marked_by_hand is None
+    )
+    marked, plain = {"requests": MARKED, "limits": MARKED}, {}
+    expected = [
+        marked
+        if (marked_by_hand == "container" and i == containers - 1) or (expect_marked and i == 0)
+        else plain
+        for i in range(containers)
+    ]
+    if marked_by_hand == "init":
+        expected.append(marked)
+    assert resources(reply.json()) == expected
 
 
 def filtered_pods(cluster: Cluster) -> dict[str, float]:
@@ -99,15 +194,18 @@ def filtered_pods(cluster: Cluster) -> dict[str, float]:
     return out
 
 
-def test_only_pods_with_the_marker_go_to_the_extender_and_all_are_placed(
-    cluster: Cluster, marked_scheduler: str
+def test_the_shipped_scheduler_sends_only_pods_with_intents_to_the_extender_and_places_all(
+    cluster: Cluster,
 ) -> None:
     before = filtered_pods(cluster)
     pods = {
-        "marked-with-intent": marked_pod("marked-with-intent", intent=True, marker=True),
-        "plain": marked_pod("plain", intent=False, marker=False),
-        "intent-without-marker": marked_pod("intent-without-marker", intent=True, marker=False),
+        "routed-annotation": pod(
+            "routed-annotation", annotations={ANNOTATION: json.dumps(SMALL_INTENT)}
+        ),
+        "routed-labels": pod("routed-labels", labels=INTENT_LABELS),
+        "routed-plain": pod("routed-plain"),
     }
+    # created without the marker, as a user would: the policy adds it
     cluster.plane.apply(*pods.values())
     try:
         for name in pods:
@@ -117,10 +215,13 @@ def test_only_pods_with_the_marker_go_to_the_extender_and_all_are_placed(
                 timeout=60,
             )
         after = filtered_pods(cluster)
-        # the marked pod reached /filter with its intent; the other two never did (the intent
-        # without the marker is the documented cost: placed without the extender)
+        # the two with an intent reached /filter with it; the plain one never did
+        assert after.get("annotation", 0) - before.get("annotation", 0) == 1
         assert after.get("labels", 0) - before.get("labels", 0) == 1
         assert after.get("none", 0) - before.get("none", 0) == 0
-        assert after.get("annotation", 0) - before.get("annotation", 0) == 0
+        # the extender bound the two (bindVerb); kube-scheduler bound the plain one itself
+        bound_by_extender = {b["pod"] for b in cluster.extender_state()["bindings"]}
+        assert {"default/routed-annotation", "default/routed-labels"} <= bound_by_extender
+        assert "default/routed-plain" not in bound_by_extender
     finally:
         cluster.plane.kubectl("delete", "pod", *pods, "--wait=false", check=False)
