@@ -144,6 +144,11 @@ def run_policy(
     return run
 
 
+def fleet_ids(event: Event) -> list[str]:
+    """The ids of a fleet event's copies: the copied intent's id with -2, -3, ..."""
+    return [f"{event.intent_id}-{k}" for k in range(2, event.count + 2)]
+
+
 def _fire(
     event: Event,
     scenario: Scenario,
@@ -163,6 +168,19 @@ def _fire(
     if event.kind == "urgent_end":
         intents.pop(urgent.id, None)
         predictor.forget(urgent.id)
+        return True
+    if event.kind == "fleet_start":  # copies of an intent join, as more robots would
+        for copy_id in fleet_ids(event):
+            joined = intent_pb2.ResourceIntent()
+            joined.CopyFrom(intents[event.intent_id])
+            joined.id = joined.name = copy_id
+            intents[copy_id] = joined
+            seq[copy_id] = len(seq)
+        return True
+    if event.kind == "fleet_end":
+        for copy_id in fleet_ids(event):
+            intents.pop(copy_id, None)
+            predictor.forget(copy_id)
         return True
     if event.kind == "load":  # the intent is updated with its new arrival rate, as a user would
         stepped = intent_pb2.ResourceIntent()

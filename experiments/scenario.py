@@ -24,15 +24,19 @@ from services.sim.params import ModelParams
 @dataclass(frozen=True)
 class Event:
     at_s: float
-    kind: str  # "urgent_start", "urgent_end", "disturbance", "load" or "drift"
+    # "urgent_start", "urgent_end", "fleet_start", "fleet_end", "disturbance", "load" or "drift"
+    kind: str
     disturbance: telemetry_pb2.Disturbance | None = None
-    intent_id: str = ""  # load / drift: the intent it changes
+    intent_id: str = ""  # load / drift: the intent it changes; fleet: the one it copies
     factor: float = 1.0  # load: x its declared arrival rate; drift: x its real service time
+    count: int = 0  # fleet: how many copies join
 
     def describe(self) -> dict[str, Any]:
         out: dict[str, Any] = {"at_s": round(self.at_s, 6), "kind": self.kind}
         if self.kind in ("load", "drift"):
             out.update(intent=self.intent_id, factor=self.factor)
+        if self.kind in ("fleet_start", "fleet_end"):
+            out.update(intent=self.intent_id, count=self.count)
         if self.disturbance is not None:
             d = self.disturbance
             out.update(
@@ -92,17 +96,25 @@ def load_scenario(params: ModelParams, name: str, seconds: float) -> Scenario:
                     ),
                 )
             )
-        elif e["kind"] in ("load", "drift"):
+        elif e["kind"] in ("load", "drift", "fleet"):
             known = {x.id for x in intents}
             if e.get("intent") not in known:
                 raise ConfigError(f"scenario.events.{name}[{i}].intent: one of {sorted(known)}")
+            if e["kind"] == "fleet":
+                count = e.get("count")
+                if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= 64:
+                    raise ConfigError(f"scenario.events.{name}[{i}].count: expected 1..64")
+                span = float(e["duration_fraction"]) * seconds
+                events.append(Event(at, "fleet_start", intent_id=e["intent"], count=count))
+                events.append(Event(at + span, "fleet_end", intent_id=e["intent"], count=count))
+                continue
             factor = float(e.get("factor", 1.0))
             if not 0.0 < factor <= 10.0:
                 raise ConfigError(f"scenario.events.{name}[{i}].factor: expected (0, 10]")
             events.append(Event(at, e["kind"], intent_id=e["intent"], factor=factor))
         else:
             raise ConfigError(
-                f"scenario.events.{name}[{i}].kind: urgent, disturbance, load or drift"
+                f"scenario.events.{name}[{i}].kind: urgent, disturbance, load, drift or fleet"
             )
     events.sort(key=lambda ev: ev.at_s)
     return Scenario(name, seconds, intents, urgent, tuple(events))

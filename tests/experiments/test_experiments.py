@@ -177,3 +177,44 @@ def test_a_load_or_drift_event_must_name_a_scenario_intent(params, tmp_path: Pat
     scenario = {**params.scenario, "events": events}
     with pytest.raises(ConfigError, match=r"events.bad\[0\].intent"):
         load_scenario(dataclasses.replace(params, scenario=scenario), "bad", 10.0)
+
+
+def test_a_fleet_event_is_bounded_and_names_a_scenario_intent(params) -> None:
+    import dataclasses
+
+    for event, field in (
+        ({"at": 0.1, "kind": "fleet", "intent": "nobody", "count": 2, "duration_fraction": 0.1}, "intent"),
+        ({"at": 0.1, "kind": "fleet", "intent": "robot-mission", "count": 0, "duration_fraction": 0.1}, "count"),
+        ({"at": 0.1, "kind": "fleet", "intent": "robot-mission", "count": 65, "duration_fraction": 0.1}, "count"),
+        ({"at": 0.1, "kind": "fleet", "intent": "robot-mission", "count": True, "duration_fraction": 0.1}, "count"),
+    ):  # fmt: skip
+        scenario = {**params.scenario, "events": {"bad": [event]}}
+        with pytest.raises(ConfigError, match=rf"events.bad\[0\].{field}"):
+            load_scenario(dataclasses.replace(params, scenario=scenario), "bad", 10.0)
+
+
+def test_a_fleet_filling_the_node_is_what_urgent_preemption_is_for(params) -> None:
+    """Four more robot missions join inside the disturbance and the node is full when the
+    urgent event asks: parfusion takes a preemptible unit within the tick, no-preemption leaves
+    the urgent intent waiting until the fleet leaves (seed 7, docs/experiments.md)."""
+    import dataclasses
+
+    events = [
+        *params.scenario["events"]["ablation"][:3],
+        {"at": 0.54, "kind": "fleet", "intent": "robot-mission", "count": 4, "duration_fraction": 0.05},
+        {"at": 0.55, "kind": "urgent"},
+    ]  # fmt: skip
+    assert events[2]["kind"] == "disturbance"
+    full = dataclasses.replace(params, scenario={**params.scenario, "events": {"full": events}})
+    scenario = load_scenario(full, "full", 24.0)
+    runs = {p: run_policy(p, scenario, full, seed=7) for p in ("parfusion", "no-preemption")}
+    copies = [f"robot-mission-{k}" for k in range(2, 6)]
+    start, end = (e.at_s for e in scenario.events if e.kind.startswith("fleet"))
+    for run in runs.values():  # the copies are planned only while the fleet is there
+        during = [t for t in run.ticks if start <= t.t_s < end]
+        assert during and all(set(copies) <= set(t.units) for t in during)
+        assert all(not set(copies) & set(t.units) for t in run.ticks if t.t_s >= end)
+    result = {p: summarize(run) for p, run in runs.items()}
+    assert result["parfusion"]["preemptions"] >= 1 and result["no-preemption"]["preemptions"] == 0
+    fast, slow = (result[p]["urgent"]["response_max_ms"] for p in ("parfusion", "no-preemption"))
+    assert slow >= 1.5 * fast, (fast, slow)
