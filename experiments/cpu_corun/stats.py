@@ -250,22 +250,23 @@ def sanity_gate(
     }
 
 
-def _best_static_batch(
-    rows: list[dict[str, Any]], rep: int, load: float, p99_limit: float
-) -> float | None:
+def best_knob(rows: Sequence[dict[str, Any]], rep: int, load: float) -> dict[str, Any] | None:
+    """The best static knob of one repetition at one load: of nice 19 and SCHED_IDLE, the one
+    with the lower online p99 (then fewer misses). PARFusion's p99, misses and batch are held
+    against this one phase."""
     knobs = [
         r
         for r in rows
-        if r["phase"] in STATIC_KNOBS and r["repetition"] == rep and r["load"] == load
+        if r["phase"] in STATIC_KNOBS
+        and r["repetition"] == rep
+        and r["load"] == load
+        and r["p99_ms"] is not None
     ]
-    meeting = [r for r in knobs if r["p99_ratio"] is not None and r["p99_ratio"] <= p99_limit]
-    pool = (
-        meeting
-        or sorted((r for r in knobs if r["p99_ratio"] is not None), key=lambda r: r["p99_ratio"])[
-            :1
-        ]
-    )
-    return max((r["batch_items_per_s"] for r in pool), default=None)
+    return min(knobs, key=lambda r: (r["p99_ms"], r["miss_pct"]), default=None)
+
+
+def _diff(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None else a - b
 
 
 def targets(
@@ -275,21 +276,45 @@ def targets(
     out: list[dict[str, Any]] = []
 
     def add(
-        load: float | None, name: str, values: list[float | None], limit: float, upper: bool
+        load: float | None,
+        name: str,
+        values: list[float | None],
+        limit: float,
+        upper: bool,
+        strict: bool = False,
     ) -> None:
         stat = bootstrap_median([v for v in values if v is not None])
         med = stat["median"]
-        met = None if med is None else (med <= limit if upper else med >= limit)
+        if med is None:
+            met = None
+        elif strict:
+            met = med < limit if upper else med > limit
+        else:
+            met = med <= limit if upper else med >= limit
         out.append(
             {
                 "load": load,
                 "target": name,
                 "limit": limit,
-                "bound": "<=" if upper else ">=",
+                "bound": ("<" if upper else ">") + ("" if strict else "="),
                 **stat,
                 "met": met,
             }
         )
+
+    def against_knob(load: float, here: list[dict[str, Any]], lower: bool) -> None:
+        """p99 and misses no worse (<= 50 % load) or lower (70 %) than the best static knob's,
+        and (<= 50 %) batch at least that knob's."""
+        pairs = [(r, best_knob(rows, r["repetition"], load) or {}) for r in here]
+        checks = [
+            ("p99 / best static knob's", "p99_ms", _ratio, 1.0, True),
+            ("miss % - best static knob's (points)", "miss_pct", _diff, 0.0, True),
+        ]
+        if not lower:
+            checks.append(("batch / best static knob's", "batch_items_per_s", _ratio, 1.0, False))
+        for name, key, compare, limit, upper in checks:
+            values = [compare(r[key], k.get(key)) for r, k in pairs]
+            add(load, name, values, limit, upper, strict=lower and upper)
 
     pf = [r for r in rows if r["phase"] == "parfusion"]
     for load in sorted(loads):
@@ -304,21 +329,11 @@ def targets(
                 0.85,
                 False,
             )
-            add(
-                load,
-                "batch / best static knob",
-                [
-                    _ratio(
-                        r["batch_items_per_s"], _best_static_batch(rows, r["repetition"], load, 1.2)
-                    )
-                    for r in here
-                ],
-                1.0,
-                False,
-            )
+            against_knob(load, here, lower=False)
         else:
             add(load, "p99 / online-alone", [r["p99_ratio"] for r in here], 1.5, True)
             add(load, "miss % - alone's (points)", [r["miss_delta_pt"] for r in here], 1.0, True)
+            against_knob(load, here, lower=True)
             nice = {
                 r["repetition"]: r for r in rows if r["phase"] == "nice19" and r["load"] == load
             }

@@ -87,6 +87,48 @@ def test_ratios_are_within_a_repetition_and_the_gate_reads_the_top_load() -> Non
     assert not weak["passed"] and weak["verdict"].startswith("void")
 
 
+def test_targets_hold_parfusion_against_the_best_static_knob_of_each_repetition() -> None:
+    """The best knob is the static phase with the lower p99 in that repetition; at <= 50 % load
+    parfusion may equal it, at 70 % it must beat it."""
+
+    def row(phase: str, rep: int, load: float | None, p99: float, miss: float, batch: float):  # type: ignore[no-untyped-def]
+        return {
+            "phase": phase, "repetition": rep, "load": load, "p99_ms": p99, "miss_pct": miss,
+            "batch_items_per_s": batch, "rate_per_s": (load or 0) * 160.0, "service_mean_ms": 12.0,
+            "errors": [], "samples": 100, "p50_ms": p99, "p95_ms": p99,
+            "urgent_start_p99_ms": 5.0, "urgent_misses": 0, "controller_cpu_pct": 1.0,
+        }  # fmt: skip
+
+    rows = []
+    for rep in (0, 1):
+        rows.append(row("batch-alone", rep, None, 0.0, 0.0, 200.0))
+        for load in (0.5, 0.7):
+            # sched-idle is the better knob in repetition 0, nice 19 in repetition 1
+            idle, nice = (30.0, 40.0) if rep == 0 else (50.0, 35.0)
+            rows += [
+                row("online-alone", rep, load, 30.0, 1.0, 0.0),
+                row("sched-idle", rep, load, idle, 1.0, 100.0 + rep),
+                row("nice19", rep, load, nice, 2.0, 90.0),
+                # parfusion equals the better knob's p99 and misses, with 0.9x its batch
+                row("parfusion", rep, load, min(idle, nice), 1.0 if rep == 0 else 2.0, 90.0),
+            ]
+    assert stats.best_knob(rows, 0, 0.5)["phase"] == "sched-idle"
+    assert stats.best_knob(rows, 1, 0.5)["phase"] == "nice19"
+    got = {
+        (t["load"], t["target"]): t
+        for t in stats.targets(stats.with_ratios(rows, _cal()), _cal(), [0.5, 0.7])
+    }
+    assert got[(0.5, "p99 / best static knob's")]["median"] == 1.0
+    assert got[(0.5, "p99 / best static knob's")]["met"] is True  # no worse is enough
+    assert got[(0.5, "miss % - best static knob's (points)")]["met"] is True
+    batch = got[(0.5, "batch / best static knob's")]
+    assert batch["met"] is False and batch["median"] == pytest.approx((90 / 100 + 1.0) / 2)
+    assert got[(0.7, "p99 / best static knob's")]["met"] is False  # must be lower at 70 %
+    assert got[(0.7, "p99 / best static knob's")]["bound"] == "<"
+    assert got[(0.7, "miss % - best static knob's (points)")]["met"] is False
+    assert got[(0.7, "batch / nice-19 batch")]["met"] is True
+
+
 def test_bootstrap_interval_contains_the_median() -> None:
     b = stats.bootstrap_median([1.0, 2.0, 3.0, 4.0, 100.0])
     assert b["median"] == 3.0 and b["lo"] <= 3.0 <= b["hi"] and b["n"] == 5
