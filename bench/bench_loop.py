@@ -103,7 +103,8 @@ def measure(n: int, ticks: int, rounds: int, counter: FullCollections) -> None:
     rng = random.Random(7)
     intents = [make_intent(k, rng) for k in range(n + rounds)]
     with tempfile.TemporaryDirectory(prefix="parfusion-bench-loop-") as tmp:
-        store = IntentStore(Path(tmp) / "allocator.db")
+        # room for the submits after the n stored: the store refuses past its limit
+        store = IntentStore(Path(tmp) / "allocator.db", max_intents=max(n + rounds, 1))
         try:
             with concurrent.futures.ThreadPoolExecutor(16) as pool:
                 list(pool.map(store.submit, intents[:n]))  # group-committed
