@@ -150,7 +150,7 @@ def build_table(
     stats = state.stats if use_predictor else {}
     last_service = memo.service if memo is not None else None
     tail1, mean1, rel, service = service_columns(specs, columns, base, stats, last_service)
-    if memo is not None and service is not None:
+    if memo is not None:  # None (no statistics): the last columns are of no use, nor kept alive
         memo.service = service
     prevs: list[Decision] | None = None
     if state.previous:

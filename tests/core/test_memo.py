@@ -247,6 +247,9 @@ def test_service_columns_recompute_only_rows_with_new_stats_objects():
     assert moved.tail1[0] == first.tail1[0] and moved.tail1[2] != first.tail1[2]
     gone = table({"v2": two})  # v0 lost its samples: back to its base service time
     assert gone.tail1[0] == 10.0 and gone.rel_spread[0] == DEFAULT_REL_SPREAD
+    assert memo.service is not None
+    table({})  # no statistics at all (every intent deleted, or none sampled yet)
+    assert memo.service is None  # the last columns, their specs and stats are not kept alive
 
 
 def test_cached_columns_are_read_only():
