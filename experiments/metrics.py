@@ -143,12 +143,13 @@ def per_second_series(run: PolicyRun, runs: list[IntentRun], seconds: float) -> 
 def steady_ticks(run: PolicyRun) -> list[bool]:
     """Per tick: no event active and none ended (nor the run started) within SETTLE_S."""
     spans = [(0.0, 0.0)]
-    open_at: dict[str, float] = {}
+    open_at: dict[str, float] = {}  # per event ("urgent", "fleet"): when it started
     for e in run.events:
-        if e["kind"] in ("urgent_start", "fleet_start"):
-            open_at[e["kind"][:-6]] = e["at_s"]
-        elif e["kind"] in ("urgent_end", "fleet_end"):
-            spans.append((open_at.get(e["kind"][:-4], e["at_s"]), e["at_s"]))
+        what, _, edge = e["kind"].rpartition("_")
+        if what in ("urgent", "fleet") and edge == "start":
+            open_at[what] = e["at_s"]
+        elif what in ("urgent", "fleet") and edge == "end":
+            spans.append((open_at.get(what, e["at_s"]), e["at_s"]))
         elif e["kind"] == "disturbance":
             spans.append((e["at_s"], e["at_s"] + e["duration_s"]))
         else:  # a load step or a service-time drift: a change at one instant

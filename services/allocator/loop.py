@@ -226,10 +226,9 @@ class ControlLoop:
         header = plans.node_plan_header(
             result, node, generation=generation, created_at=created, decision_ms=seconds * 1000
         )
-        # serialized entries concatenate as a merge, which appends repeated fields: the
-        # NodePlan's bytes without building or parsing it (PlanSnapshot parses on demand)
-        node_wire = header.SerializeToString() + b"".join(
-            self._allocation_cache.entries(result.decisions, intents)
+        # the NodePlan's bytes without building or parsing it (PlanSnapshot parses on demand)
+        node_wire = plans.node_plan_wire(
+            header, self._allocation_cache.entries(result.decisions, intents)
         )
         gpu_plan = plans.gpu_plan(result, intents, node, generation=generation, created_at=created)
         snapshot = PlanSnapshot(node_wire, gpu_plan, generation)

@@ -87,8 +87,8 @@ class AllocationCache:
     object it was built from or its intent not the very stored message. Finding those rows is
     a few C-level passes over the rows (no Python code per unchanged row), whether or not
     intents came or went since, so the tick after a store change costs about what a steady one
-    does. ``rows`` and ``workers`` describe the last plan; they are replaced, never changed, so
-    a caller may keep them.
+    does. ``workers`` describes the last plan; it is replaced, never changed, so a caller may
+    keep it.
     """
 
     def __init__(self) -> None:
@@ -98,7 +98,6 @@ class AllocationCache:
         self._decision: dict[str, model.Decision] = {}
         self._intent: dict[str, intent_pb2.ResourceIntent | None] = {}
         self._entry: dict[str, bytes] = {}
-        self.rows: dict[str, int] = {}  # intent id -> its row in the last plan
         self.workers: dict[str, int] = {}  # intent id -> Allocation.workers in the last plan
 
     def entries(
@@ -138,17 +137,12 @@ class AllocationCache:
                 entries[k] = self._entry[ids[k]]
         else:
             entries = list(map(self._entry.__getitem__, ids))
-            self.rows = dict(zip(ids, range(len(ids)), strict=True))
         self._ids, self._entries, self.workers = ids, entries, workers
         return entries
 
     def by_intent(self) -> dict[str, bytes]:
         """The last plan's entries per intent id, in plan order (what a delta is taken from)."""
         return dict(zip(self._ids, self._entries, strict=True))
-
-    def entry(self, intent_id: str) -> bytes | None:
-        """One intent's entry in the last plan (a NodePlan holding only its Allocation)."""
-        return self._entry.get(intent_id)
 
 
 def node_plan_header(
@@ -173,6 +167,12 @@ def node_plan_header(
     return plan
 
 
+def node_plan_wire(header: intent_pb2.NodePlan, entries: Sequence[bytes]) -> bytes:
+    """A serialized NodePlan from its header and serialized entries, without building it:
+    serialized messages concatenate as a merge, which appends repeated fields."""
+    return header.SerializeToString() + b"".join(entries)
+
+
 def node_plan(
     result: model.PlanResult,
     intents: Mapping[str, intent_pb2.ResourceIntent],
@@ -190,9 +190,9 @@ def node_plan(
     if cache is None:
         plan.allocations.extend(allocation(d, intents.get(d.intent_id)) for d in result.decisions)
         return plan
-    # serialized messages concatenate as a merge, which appends repeated fields: one parse
-    entries = cache.entries(result.decisions, intents)
-    return intent_pb2.NodePlan.FromString(plan.SerializeToString() + b"".join(entries))
+    return intent_pb2.NodePlan.FromString(
+        node_plan_wire(plan, cache.entries(result.decisions, intents))
+    )
 
 
 def gpu_plan(

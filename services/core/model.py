@@ -6,7 +6,6 @@ the what-if preview and the experiments build them directly, so every caller run
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -153,18 +152,6 @@ class Decision(msgspec.Struct, frozen=True):
     @property
     def pool_size(self) -> int:
         return self.units if self.workers < 0 else self.workers
-
-
-def changed_positions(decisions: Sequence[Decision], last: Sequence[Decision]) -> list[int] | None:
-    """Positions whose Decision is not the very object `last` has there, when both are the same
-    intents in the same order (one C-level identity pass); None when they are not, and rows
-    must be matched by intent id."""
-    if len(decisions) != len(last):
-        return None
-    changed = [k for k, same in enumerate(map(operator.is_, decisions, last)) if not same]
-    if any(decisions[k].intent_id != last[k].intent_id for k in changed):
-        return None
-    return changed
 
 
 @dataclass(frozen=True, slots=True)

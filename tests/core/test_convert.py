@@ -275,8 +275,8 @@ def test_allocation_cache_with_the_same_intents_looks_only_at_changed_rows() -> 
         assert built == ["b", "a", "b", "c"]  # the cached plan rebuilt b alone
     finally:
         plans.allocation = real
-    assert cache.rows == {"a": 0, "b": 1, "c": 2}
+    assert list(cache.by_intent()) == ["a", "b", "c"]
     assert cache.workers == {"a": 2, "b": 5, "c": 2}
     # the same intents in another order: matched by id, rows follow
     assert plan([rows[2], rows[0], rows[1]]) == plan([rows[2], rows[0], rows[1]], cached=False)
-    assert cache.rows == {"c": 0, "a": 1, "b": 2}
+    assert list(cache.by_intent()) == ["c", "a", "b"]
