@@ -170,7 +170,8 @@ def intent_from_document(doc: Mapping[str, Any]) -> intent_pb2.ResourceIntent:
     intent = intent_pb2.ResourceIntent()
     try:
         json_format.ParseDict(json.loads(json.dumps(fixed, default=str)), intent)
-    except json_format.ParseError as exc:
+    except (json_format.ParseError, OverflowError, ValueError) as exc:
+        # OverflowError: protobuf converting an infinite float to an enum or integer field
         raise InvalidArgument(str(exc), field="intent") from exc
     return intent
 

@@ -52,6 +52,16 @@ def test_document_unknown_field_is_invalid_argument() -> None:
     assert "deadline" in str(err.value)
 
 
+@pytest.mark.parametrize(
+    "doc",
+    [{"workloadClass": float("inf")}, {"priority": float("inf")}, {"priority": float("nan")}],
+)
+def test_document_with_non_finite_numbers_is_invalid_argument(doc: dict[str, float]) -> None:
+    with pytest.raises(InvalidArgument) as err:
+        convert.intent_from_document(doc)
+    assert err.value.field == "intent"
+
+
 def test_files_hold_one_a_list_or_intents_key(tmp_path: Path) -> None:
     (tmp_path / "one.yaml").write_text("name: a\nworkload_class: BATCH\n")
     (tmp_path / "list.yaml").write_text(

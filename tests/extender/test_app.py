@@ -155,6 +155,18 @@ def test_body_size_limit_is_413(client: TestClient) -> None:
     assert r.status_code == 413 and "bytes" in r.json()["error"]
 
 
+def test_verbs_answer_post_only_with_json_and_the_security_headers(client: TestClient) -> None:
+    r = client.get("/filter")
+    assert r.status_code == 405 and "POST" in r.json()["error"]
+    r = client.post("/filter", content=orjson.dumps(
+        samples.extender_args(_online_pod(), samples.sample_node_objects(), False)
+    ))  # fmt: skip
+    assert r.status_code == 200 and r.headers["content-type"] == "application/json"
+    assert r.headers["x-content-type-options"] == "nosniff"
+    assert int(r.headers["content-length"]) == len(r.content)
+    assert client.get("/nothing-here").status_code == 404  # other paths reach the app
+
+
 def test_metrics_state_healthz(client: TestClient) -> None:
     _post(
         client, "filter", samples.extender_args(_online_pod(), samples.sample_node_objects(), False)
