@@ -98,6 +98,34 @@ class PodHead(msgspec.Struct):
         return self.status.phase in ("Succeeded", "Failed") or bool(self.metadata.deletionTimestamp)
 
 
+def request(
+    api_client: Any,
+    method: str,
+    path: str,
+    query: list[tuple[str, Any]] | None = None,
+    timeout: float | tuple[float, float] | None = None,
+    body: dict[str, Any] | None = None,
+) -> Any:
+    """One call through the client's connection pool and credentials, without its generated
+    models and argument validation (about 0.8-1 ms of CPU per call on their own, which a
+    Binding per pod pays). The urllib3 response, unread; ApiException for a status >= 400."""
+    headers = {"Accept": "application/json"}
+    if body is not None:
+        headers["Content-Type"] = "application/json"
+    method, url, headers, body, _ = api_client.param_serialize(
+        method, path, query_params=query, header_params=headers, body=body,
+        auth_settings=["BearerToken"],
+    )  # fmt: skip
+    response = api_client.call_api(
+        method, url, header_params=headers, body=body, _request_timeout=timeout
+    )
+    if response.status >= 400:
+        from kubernetes.client.exceptions import ApiException
+
+        raise ApiException(status=response.status, reason=response.reason, body=response.read())
+    return response.response
+
+
 class _Listed(msgspec.Struct):
     metadata: dict[str, Any] = msgspec.field(default_factory=dict)
     items: list[msgspec.Raw] = msgspec.field(default_factory=list)
@@ -204,23 +232,11 @@ class Informer(Generic[T]):
     def _call(self, **params: Any) -> Any:
         """GET the resource (a list, or with watch=True a stream); the urllib3 response."""
         watching = bool(params.get("watch"))
-        method, url, headers, _, _ = self.api_client.param_serialize(
-            "GET",
-            self.resource.path,
-            query_params=self.resource.query(**params),
-            header_params={"Accept": "application/json"},
-            auth_settings=["BearerToken"],
-        )
         # a watch may stay silent until its server-side timeout: read timeout beyond that
         timeout = (self.timeout_s, self.watch_s + self.timeout_s) if watching else self.timeout_s
-        response = self.api_client.call_api(
-            method, url, header_params=headers, _request_timeout=timeout
+        return request(
+            self.api_client, "GET", self.resource.path, self.resource.query(**params), timeout
         )
-        if response.status >= 400:
-            from kubernetes.client.exceptions import ApiException
-
-            raise ApiException(status=response.status, reason=response.reason, body=response.read())
-        return response.response
 
     def _relist(self) -> None:
         response = self._call()

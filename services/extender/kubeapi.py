@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
 from services.common import kube
 
@@ -21,30 +22,27 @@ MODES = kube.MODES
 
 @dataclass
 class KubeApi:
-    """A thin wrapper over CoreV1Api for the two calls the extender makes."""
+    """The extender's API access: its Bindings, and the client the watches share."""
 
-    core: Any  # kubernetes.client.CoreV1Api
+    api_client: Any  # kubernetes.client.ApiClient
     timeout_s: float
     description: str
-    api_client: Any = None  # kubernetes.client.ApiClient, for the watches (nodestates.py)
 
     def bind(self, namespace: str, pod: str, uid: str, node: str) -> None:
         """POST pods/<pod>/binding, the subresource kube-scheduler's DefaultBinder uses (raises ApiException)."""
-        from kubernetes import client
-
-        body = client.V1Binding(
-            api_version="v1",
-            kind="Binding",
-            metadata=client.V1ObjectMeta(name=pod, namespace=namespace, uid=uid or None),
-            target=client.V1ObjectReference(api_version="v1", kind="Node", name=node),
-        )
-        # The API answers with a Status, which the generated model cannot deserialise as a
-        # V1Binding; the raw response is enough to know it succeeded. Read and released, or
-        # urllib3 never gets the connection back and every bind pays a new TLS handshake (4-5
-        # ms of CPU per bind against about 1 ms when the connection is kept).
-        reply = self.core.create_namespaced_pod_binding(
-            pod, namespace, body, _preload_content=False, _request_timeout=self.timeout_s
-        )
+        metadata: dict[str, str] = {"name": pod, "namespace": namespace}
+        if uid:
+            metadata["uid"] = uid  # the API refuses the binding if the pod was replaced
+        body = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": metadata,
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        }
+        path = f"/api/v1/namespaces/{quote(namespace, safe='')}/pods/{quote(pod, safe='')}/binding"
+        reply = kube.request(self.api_client, "POST", path, timeout=self.timeout_s, body=body)
+        # read and released, or urllib3 never gets the connection back and every bind pays a
+        # new TLS handshake (4-5 ms of CPU per bind against about 1 ms when the connection is kept)
         reply.read()
         reply.release_conn()
 
@@ -54,15 +52,8 @@ def connect(mode: str, kubeconfig: str = "", timeout_s: float = 5.0) -> KubeApi 
     found = kube.connect("extender", mode, kubeconfig)
     if found is None:
         return None
-    from kubernetes import client
-
     api_client, description = found
-    return KubeApi(
-        core=client.CoreV1Api(api_client),
-        timeout_s=timeout_s,
-        description=description,
-        api_client=api_client,
-    )
+    return KubeApi(api_client=api_client, timeout_s=timeout_s, description=description)
 
 
 api_error_message = kube.api_error_message
