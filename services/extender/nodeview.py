@@ -141,6 +141,7 @@ class ClusterView:
     _objects: dict[str, NodeRecord] = field(default_factory=dict)
     _telemetry: dict[str, NodeTelemetry] = field(default_factory=dict)
     _placed: dict[str, dict[str, IntentSpec]] = field(default_factory=dict)
+    _placed_on: dict[str, set[str]] = field(default_factory=dict)  # intent id -> its nodes
     _merged: dict[str, NodeRecord] = field(default_factory=dict)
     bindings: list[Binding] = field(default_factory=list)
     columns: NodeColumns = field(default_factory=NodeColumns)
@@ -211,13 +212,20 @@ class ClusterView:
     def place(self, node: str, intent: IntentSpec) -> None:
         """Make a bound pod's intent resident on its node (later filters see the capacity gone)."""
         with self._lock:
-            self._placed.setdefault(node, {})[intent.id] = intent
+            placed = self._placed.setdefault(node, {})
+            if placed.get(intent.id) == intent:
+                return  # the bind's reservation, reported again by the bound-pod watch
+            placed[intent.id] = intent
+            self._placed_on.setdefault(intent.id, set()).add(node)
             self._merge(node)
 
     def forget_placement(self, intent_id: str) -> None:
         with self._lock:
-            for node, placed in self._placed.items():
-                if placed.pop(intent_id, None) is not None:
+            for node in self._placed_on.pop(intent_id, ()):
+                placed = self._placed.get(node)
+                if placed is not None and placed.pop(intent_id, None) is not None:
+                    if not placed:
+                        del self._placed[node]
                     self._merge(node)
 
     def record_binding(self, binding: Binding) -> None:

@@ -88,3 +88,22 @@ def test_nodes_of_one_class_are_scored_once_and_agree() -> None:
         assert rec is not None
         single = _decide(ONLINE, view, [name])[0]
         assert verdicts.at(i, name) == single
+
+
+def test_a_forgotten_placement_leaves_every_node_it_was_on() -> None:
+    view = _view(
+        samples.node_object("a", 16, {"online": 1}), samples.node_object("b", 16, {"online": 1})
+    )
+    moved = replace(ONLINE, id="moved", gpu_share=0.75)
+    kept = replace(ONLINE, id="kept", gpu_share=0.25)
+    view.place("a", moved)
+    view.place("b", moved)  # a pod re-bound elsewhere before the first was forgotten
+    view.place("b", kept)
+    view.place("b", kept)  # the same placement twice changes nothing
+    view.forget_placement("moved")
+    assert [i.id for i in view.get("a").residents] == []
+    assert [i.id for i in view.get("b").residents] == ["kept"]
+    [d] = _decide(ONLINE, view, ["a"])
+    assert d.outcome == OK  # the lane's share came back
+    view.forget_placement("moved")  # forgetting twice is harmless
+    assert [i.id for i in view.get("b").residents] == ["kept"]
