@@ -213,8 +213,13 @@ class ClusterView:
         """Make a bound pod's intent resident on its node (later filters see the capacity gone)."""
         with self._lock:
             placed = self._placed.setdefault(node, {})
-            if placed.get(intent.id) == intent:
-                return  # the bind's reservation, reported again by the bound-pod watch
+            held = placed.get(intent.id)
+            if held is not None and held == replace(
+                intent, node=held.node, gpu_lane=intent.gpu_lane or held.gpu_lane
+            ):
+                # the bind's reservation (node and lane filled in), reported again by the
+                # bound-pod watch: keep it, lane included
+                return
             placed[intent.id] = intent
             self._placed_on.setdefault(intent.id, set()).add(node)
             self._merge(node)

@@ -107,3 +107,14 @@ def test_a_forgotten_placement_leaves_every_node_it_was_on() -> None:
     assert d.outcome == OK  # the lane's share came back
     view.forget_placement("moved")  # forgetting twice is harmless
     assert [i.id for i in view.get("b").residents] == ["kept"]
+
+
+def test_the_watch_reporting_a_reserved_pod_keeps_the_lane_the_bind_chose() -> None:
+    view = _view(samples.node_object("a", 16, {"online": 1}))
+    from_annotation = replace(ONLINE, id="web", gpu_lane="", gpu_share=0.75)
+    view.place("a", replace(from_annotation, node="a", gpu_lane="online"))  # bind's reservation
+    view.place("a", from_annotation)  # the bound-pod watch
+    [resident] = view.get("a").residents
+    assert resident.gpu_lane == "online" and resident.node == "a"
+    [d] = _decide(ONLINE, view, ["a"])
+    assert d.outcome == FAILED  # the lane's share stays taken
