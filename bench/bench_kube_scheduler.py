@@ -56,7 +56,15 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from kube_measure import cpu_seconds, histogram, ms, quantile, ratios, table  # noqa: E402
+from kube_measure import (  # noqa: E402
+    counter,
+    cpu_seconds,
+    histogram,
+    ms,
+    quantile,
+    ratios,
+    table,
+)
 
 from parfusion.deploy_scheduler import SCHEDULER_NAME, scheduler_configuration  # noqa: E402
 from services.common.kube import Informer, PodHead, ResourcePath, connect  # noqa: E402
@@ -464,6 +472,11 @@ class Bench:
                     "calls": int(after.get(float("inf"), 0.0) - before.get(float("inf"), 0.0)),
                 }
             row["extender_ms"] = verbs
+            # binds the extender refused on its re-check: each sends the pod back to the queue
+            name = "parfusion_extender_bindings_total"
+            row["binds_refused"] = int(
+                counter(ext1, name, 'outcome="refused"') - counter(ext0, name, 'outcome="refused"')
+            )
         return row
 
 

@@ -26,6 +26,15 @@ def histogram(text: str, name: str, match: str = "") -> dict[float, float]:
     return out
 
 
+def counter(text: str, name: str, match: str = "") -> float:
+    """A counter's value summed over matching series (0 when absent)."""
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith(f"{name}{{") and match in line:
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
 def quantile(before: dict[float, float], after: dict[float, float], q: float) -> float | None:
     """The q-quantile (seconds) of what a histogram observed between two scrapes, linearly
     interpolated within the bucket (Prometheus' histogram_quantile)."""
@@ -52,9 +61,9 @@ def ms(seconds: float | None) -> float | None:
 def table(rows: list[dict[str, Any]]) -> str:
     lines = [
         "| mode | qps | phase | round | pods/s | nodes used | sched algorithm p50 / p99 ms "
-        "| filter calls | filter p50 / p99 ms | prioritize p50 / p99 ms "
+        "| filter calls | binds refused | filter p50 / p99 ms | prioritize p50 / p99 ms "
         "| CPU ms/pod sched / apiserver / etcd / extender |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         ext = r.get("extender_ms") or {}
@@ -66,7 +75,8 @@ def table(rows: list[dict[str, Any]]) -> str:
         lines.append(
             f"| {r['mode']} | {r['qps']} | {r['phase']} | {r['round']} | {r['pods_per_s']} "
             f"| {r['nodes_used']} | {pair(r['scheduler_algorithm_ms'])} "
-            f"| {ext.get('filter', {}).get('calls', '–')} | {pair(ext.get('filter'))} "
+            f"| {ext.get('filter', {}).get('calls', '–')} | {r.get('binds_refused', '–')} "
+            f"| {pair(ext.get('filter'))} "
             f"| {pair(ext.get('prioritize'))} | {cpu.get('kube-scheduler')} / "
             f"{cpu.get('kube-apiserver')} / {cpu.get('etcd')} / {cpu.get('extender', '–')} |"
         )
