@@ -170,6 +170,7 @@ class ControlLoop:
         for peer in (self.nodeagent, self.gpulane):
             if peer is not None:
                 peer.close()
+        self.metrics.close()
 
     def _run(self) -> None:
         next_at = self._clock()

@@ -1,9 +1,11 @@
 """Prometheus series of the allocator's decisions and its control loop.
 
 Per-intent gauges carry the intent's name (``intent``) and id (``intent_id``: names need not be
-unique); their series are removed when the intent leaves the plan, so a deleted intent stops
-being reported instead of freezing at its last value. RPC counters and latency come from the
-common interceptor.
+unique). They are read at scrape time from the last plan's Decisions (a custom collector, not
+one Gauge child per intent and metric: at 10,000 intents those were 40,000 children, each with
+its own lock, that the tick had to set and the cyclic collector had to walk), so a deleted
+intent stops being reported the moment it leaves the plan. RPC counters and latency come from
+the common interceptor.
 """
 
 from __future__ import annotations
@@ -11,10 +13,14 @@ from __future__ import annotations
 import itertools
 import operator
 import threading
-from collections.abc import Iterable, Mapping
+import weakref
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
-from prometheus_client import Counter, Gauge, Histogram
+from prometheus_client import REGISTRY, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
 
 from services.core import model
 from services.core.stability import PlanChanges, plan_changes
@@ -28,32 +34,6 @@ DECISION_SECONDS = Histogram(
 STORE_SKIPPED_ROWS = Counter(
     "parfusion_store_skipped_rows_total",
     "Intent rows the store could not read at start-up and left out (logged with their id)",
-)
-UNITS = Gauge(
-    "parfusion_dmug_units", "CPU units (workers) allocated to the intent", ["intent", "intent_id"]
-)
-RISK = Gauge(
-    "parfusion_dmug_deadline_risk",
-    "Predicted probability-like risk of missing the deadline (0-1)",
-    ["intent", "intent_id"],
-)
-SLACK = Gauge(
-    "parfusion_dmug_slack_seconds", "Deadline minus predicted tail latency", ["intent", "intent_id"]
-)
-NMU = Gauge(
-    "parfusion_dmug_nmu",
-    "Normalised marginal utility of the intent's last unit",
-    ["intent", "intent_id"],
-)
-PREDICTION_ERROR = Gauge(
-    "parfusion_dmug_prediction_error_ratio",
-    "Last plan's predicted tail latency over the observed one, minus 1 (negative: under-predicted)",
-    ["intent", "intent_id"],
-)
-LATENCY_CORRECTION = Gauge(
-    "parfusion_dmug_latency_correction_ratio",
-    "Observed / modelled tail latency the predictor has learnt; D-MUG plans with it",
-    ["intent", "intent_id"],
 )
 DEGRADATIONS = Counter(
     "parfusion_dmug_degradations_total",
@@ -98,33 +78,60 @@ RESYNCS = Counter(
     ["peer", "stream"],
 )
 
-PER_INTENT = (UNITS, RISK, SLACK, NMU)
-CALIBRATION = (PREDICTION_ERROR, LATENCY_CORRECTION)  # set from telemetry, not from the plan
 _INTENT_ID = operator.attrgetter("intent_id")
 CLASSES = ("ONLINE", "BATCH", "ROBOT", "URGENT")
 
 
-# (intent, intent_id) labels, the Decision the series were set from, and the four gauges' children
-# for those labels (looking a child up by its labels costs more than setting it)
-_Series = tuple[tuple[str, str], model.Decision, tuple[Any, ...]]
+# per-intent gauges: name, help, and how the value comes from a Decision
+_FROM_DECISION: tuple[tuple[str, str, Callable[[model.Decision], float]], ...] = (
+    ("parfusion_dmug_units", "CPU units (workers) allocated to the intent", lambda d: d.units),
+    (
+        "parfusion_dmug_deadline_risk",
+        "Predicted probability-like risk of missing the deadline (0-1)",
+        lambda d: d.deadline_risk,
+    ),
+    (
+        "parfusion_dmug_slack_seconds",
+        "Deadline minus predicted tail latency",
+        lambda d: d.slack_ms / 1000.0,
+    ),
+    (
+        "parfusion_dmug_nmu",
+        "Normalised marginal utility of the intent's last unit",
+        lambda d: d.nmu,
+    ),
+)
+# set from telemetry, not from the plan
+_PREDICTION_ERROR = (
+    "parfusion_dmug_prediction_error_ratio",
+    "Last plan's predicted tail latency over the observed one, minus 1 (negative: under-predicted)",
+)
+_LATENCY_CORRECTION = (
+    "parfusion_dmug_latency_correction_ratio",
+    "Observed / modelled tail latency the predictor has learnt; D-MUG plans with it",
+)
+_LABELS = ["intent", "intent_id"]
 
 
 class DecisionMetrics:
-    """Publishes one tick's decisions and forgets the series of intents no longer planned.
+    """Keeps the last plan's Decision and name per intent for the per-intent gauges, counts
+    the plan's changes, and forgets intents no longer planned.
 
-    A series whose Decision is the very object it was last set from (the policies keep
-    unchanged Decisions, which are frozen) under the same intent name already holds its
-    values and is not set again (setting four gauges per intent is a large part of a big
-    tick). Those rows are found by C-level passes over the rows, matched by intent id, so
-    intents coming and going cost no Python code per unchanged row.
+    A row whose Decision is the very object it was last recorded from (the policies keep
+    unchanged Decisions, which are frozen) under the same intent name is not looked at again:
+    those rows are found by C-level passes over the rows, matched by intent id, so a big tick
+    costs no Python code per unchanged row.
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._series: dict[str, _Series] = {}  # per intent id
-        # per intent id: the Decision and the name its series were last set from
+        # per intent id: the Decision and the name its series show
         self._decision: dict[str, model.Decision] = {}
         self._name: dict[str, str] = {}
+        # per intent id: (name, value) of the calibration gauges
+        self._error: dict[str, tuple[str, float]] = {}
+        self._correction: dict[str, tuple[str, float]] = {}
+        _LIVE.add(self)
 
     def record(
         self,
@@ -161,29 +168,10 @@ class DecisionMetrics:
                 changes = plan_changes(previous, [decisions[k] for k in rows], tick, window)
                 _count_changes(changes)
             for k in rows:
-                self._set(decisions[k], labels[k])
-            if len(self._series) > len(ids):
-                for intent_id in self._series.keys() - set(ids):
-                    self._remove(self._series.pop(intent_id)[0])
-                    del last[intent_id], named[intent_id]
-
-    def _set(self, d: model.Decision, name: str) -> None:
-        key = (name, d.intent_id)
-        kept = self._series.get(d.intent_id)
-        if kept is not None and kept[0] == key:
-            children = kept[2]
-        else:
-            if kept is not None:
-                self._remove(kept[0])  # renamed: the old series goes
-            children = tuple(gauge.labels(*key) for gauge in PER_INTENT)
-        units, risk, slack, nmu = children
-        units.set(d.units)
-        risk.set(d.deadline_risk)
-        slack.set(d.slack_ms / 1000.0)
-        nmu.set(d.nmu)
-        self._series[d.intent_id] = (key, d, children)
-        self._decision[d.intent_id] = d
-        self._name[d.intent_id] = name
+                last[ids[k]] = decisions[k]
+                named[ids[k]] = labels[k]
+            if len(last) > len(ids):
+                self._drop(last.keys() - set(ids))
 
     def record_prediction_errors(
         self,
@@ -192,32 +180,72 @@ class DecisionMetrics:
         names: Mapping[str, str],
     ) -> None:
         """Per intent: the last plan's prediction error and the predictor's latency correction
-        (a CalibrationState or None); removed with the intent's other series."""
-        for intent_id, error in errors.items():
-            key = (names.get(intent_id, intent_id), intent_id)
-            PREDICTION_ERROR.labels(*key).set(error)
-            cal = corrections.get(intent_id)
-            if cal is not None:
-                LATENCY_CORRECTION.labels(*key).set(cal.correction)
+        (a CalibrationState or None); forgotten with the intent."""
+        with self._lock:
+            for intent_id, error in errors.items():
+                name = names.get(intent_id, intent_id)
+                self._error[intent_id] = (name, error)
+                cal = corrections.get(intent_id)
+                if cal is not None:
+                    self._correction[intent_id] = (name, cal.correction)
 
     def forget(self, intent_ids: Iterable[str]) -> None:
-        ids = set(intent_ids)
-        if not ids:
-            return
         with self._lock:
-            for intent_id in ids:
-                kept = self._series.pop(intent_id, None)
-                if kept is not None:
-                    self._remove(kept[0])
-                    del self._decision[intent_id], self._name[intent_id]
+            self._drop(set(intent_ids))
 
-    @staticmethod
-    def _remove(key: tuple[str, str]) -> None:
-        for gauge in PER_INTENT + CALIBRATION:
-            try:
-                gauge.remove(*key)
-            except KeyError:
-                pass
+    def close(self) -> None:
+        """Stop reporting this loop's series (a stopped loop)."""
+        _LIVE.discard(self)
+
+    def _drop(self, ids: set[str]) -> None:
+        for table in (self._decision, self._name, self._error, self._correction):
+            for intent_id in ids & table.keys():
+                del table[intent_id]
+
+    def families(self) -> list[GaugeMetricFamily]:
+        """The per-intent gauges as they stand (called at scrape time)."""
+        with self._lock:  # copies at C speed; the families are built outside the lock
+            decisions, names = dict(self._decision), dict(self._name)
+            errors, corrections = dict(self._error), dict(self._correction)
+        out = []
+        for metric, doc, value in _FROM_DECISION:
+            family = GaugeMetricFamily(metric, doc, labels=_LABELS)
+            for intent_id, d in decisions.items():
+                family.add_metric([names.get(intent_id, intent_id), intent_id], value(d))
+            out.append(family)
+        for (metric, doc), table in (
+            (_PREDICTION_ERROR, errors),
+            (_LATENCY_CORRECTION, corrections),
+        ):
+            family = GaugeMetricFamily(metric, doc, labels=_LABELS)
+            for intent_id, (name, v) in table.items():
+                family.add_metric([name, intent_id], v)
+            out.append(family)
+        return out
+
+
+class _PerIntentCollector(Collector):
+    """The per-intent gauges of every live loop (one in a service; tests may run several)."""
+
+    def describe(self) -> list[Metric]:
+        names = [(m, doc) for m, doc, _ in _FROM_DECISION] + [
+            _PREDICTION_ERROR,
+            _LATENCY_CORRECTION,
+        ]
+        return [GaugeMetricFamily(m, doc, labels=_LABELS) for m, doc in names]
+
+    def collect(self) -> Iterator[Metric]:
+        merged: dict[str, Metric] = {}
+        for metrics in list(_LIVE):
+            for family in metrics.families():
+                kept = merged.setdefault(family.name, family)
+                if kept is not family:
+                    kept.samples.extend(family.samples)
+        yield from merged.values()
+
+
+_LIVE: weakref.WeakSet[DecisionMetrics] = weakref.WeakSet()
+REGISTRY.register(_PerIntentCollector())
 
 
 def _count_changes(changes: PlanChanges) -> None:

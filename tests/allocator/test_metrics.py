@@ -1,11 +1,11 @@
-"""Per-intent decision series: set from each tick's Decisions, skipped for the very same
-Decision object, removed when the intent leaves the plan or is forgotten."""
+"""Per-intent decision series: read at scrape time from the last recorded Decisions, gone
+when the intent leaves the plan, is forgotten, or its loop stops."""
 
 from __future__ import annotations
 
 from prometheus_client import REGISTRY
 
-from services.allocator.metrics import UNITS, DecisionMetrics
+from services.allocator.metrics import DecisionMetrics
 from services.core import model
 
 
@@ -33,20 +33,36 @@ def test_series_follow_the_decisions() -> None:
     assert _units("n-m-b", "m-b") is None
 
 
-def test_the_same_decision_object_is_not_set_again_but_a_forgotten_series_is() -> None:
+def test_a_forgotten_series_comes_back_with_the_same_decision_object() -> None:
     m = DecisionMetrics()
     a = model.Decision("m-c", 4)
     _record(m, a)
-    UNITS.labels("n-m-c", "m-c").set(-1)  # a write the skip would leave in place
-    _record(m, a)
-    assert _units("n-m-c", "m-c") == -1  # the very same Decision: not set again
-    _record(m, model.Decision("m-c", 4))
-    assert _units("n-m-c", "m-c") == 4  # an equal but new Decision is set
-    kept = m._series["m-c"][1]
+    _record(m, a)  # the very same Decision: nothing to look at, the series stands
+    assert _units("n-m-c", "m-c") == 4
     m.forget(["m-c"])
     assert _units("n-m-c", "m-c") is None
-    _record(m, kept)
-    assert _units("n-m-c", "m-c") == 4  # forgotten: the same object sets the series again
+    _record(m, a)
+    assert _units("n-m-c", "m-c") == 4  # forgotten: the same object is recorded again
+
+
+def test_calibration_series_go_with_the_intent_and_a_closed_loop_reports_nothing() -> None:
+    class Cal:
+        correction = 1.25
+
+    m = DecisionMetrics()
+    _record(m, model.Decision("m-k", 2))
+    m.record_prediction_errors({"m-k": -0.1}, {"m-k": Cal()}, {"m-k": "n-m-k"})
+    labels = {"intent": "n-m-k", "intent_id": "m-k"}
+    error = "parfusion_dmug_prediction_error_ratio"
+    assert REGISTRY.get_sample_value(error, labels) == -0.1
+    assert REGISTRY.get_sample_value("parfusion_dmug_latency_correction_ratio", labels) == 1.25
+    _record(m)  # m-k left the plan
+    assert REGISTRY.get_sample_value(error, labels) is None
+    assert REGISTRY.get_sample_value("parfusion_dmug_latency_correction_ratio", labels) is None
+    _record(m, model.Decision("m-k", 2))
+    assert _units("n-m-k", "m-k") == 2
+    m.close()
+    assert _units("n-m-k", "m-k") is None
 
 
 def test_a_renamed_intent_moves_its_series_even_with_the_same_decision() -> None:
