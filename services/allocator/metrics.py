@@ -177,13 +177,17 @@ class DecisionMetrics:
         self,
         errors: Mapping[str, float],
         corrections: Mapping[str, Any],
-        names: Mapping[str, str],
     ) -> None:
         """Per intent: the last plan's prediction error and the predictor's latency correction
-        (a CalibrationState or None); forgotten with the intent."""
+        (a CalibrationState or None); forgotten with the intent. Only intents in the plan get
+        them, under the plan's name: telemetry read before an intent was deleted can arrive
+        after it left, and an entry made then would never be dropped."""
         with self._lock:
+            named = self._name
             for intent_id, error in errors.items():
-                name = names.get(intent_id, intent_id)
+                name = named.get(intent_id)
+                if name is None:
+                    continue
                 self._error[intent_id] = (name, error)
                 cal = corrections.get(intent_id)
                 if cal is not None:

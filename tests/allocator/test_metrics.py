@@ -51,11 +51,12 @@ def test_calibration_series_go_with_the_intent_and_a_closed_loop_reports_nothing
 
     m = DecisionMetrics()
     _record(m, model.Decision("m-k", 2))
-    m.record_prediction_errors({"m-k": -0.1}, {"m-k": Cal()}, {"m-k": "n-m-k"})
+    m.record_prediction_errors({"m-k": -0.1, "gone": 0.5}, {"m-k": Cal(), "gone": Cal()})
     labels = {"intent": "n-m-k", "intent_id": "m-k"}
     error = "parfusion_dmug_prediction_error_ratio"
     assert REGISTRY.get_sample_value(error, labels) == -0.1
     assert REGISTRY.get_sample_value("parfusion_dmug_latency_correction_ratio", labels) == 1.25
+    assert REGISTRY.get_sample_value(error, {"intent": "gone", "intent_id": "gone"}) is None
     _record(m)  # m-k left the plan
     assert REGISTRY.get_sample_value(error, labels) is None
     assert REGISTRY.get_sample_value("parfusion_dmug_latency_correction_ratio", labels) is None
