@@ -16,6 +16,7 @@ from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram
 
+from services.common.memory import ShrinkWatch
 from services.core import model
 from services.core.stability import PlanChanges, plan_changes
 
@@ -125,6 +126,7 @@ class DecisionMetrics:
         # per intent id: the Decision and the name its series were last set from
         self._decision: dict[str, model.Decision] = {}
         self._name: dict[str, str] = {}
+        self._shrink = ShrinkWatch()  # the tables are rebuilt after a large shrink
 
     def record(
         self,
@@ -166,6 +168,7 @@ class DecisionMetrics:
                 for intent_id in self._series.keys() - set(ids):
                     self._remove(self._series.pop(intent_id)[0])
                     del last[intent_id], named[intent_id]
+            self._compact_if_shrunk()
 
     def _set(self, d: model.Decision, name: str) -> None:
         key = (name, d.intent_id)
@@ -210,6 +213,20 @@ class DecisionMetrics:
                 if kept is not None:
                     self._remove(kept[0])
                     del self._decision[intent_id], self._name[intent_id]
+            self._compact_if_shrunk()
+
+    def _compact_if_shrunk(self) -> None:
+        """After a large shrink, rebuild the per-intent tables, here and in the gauges (the
+        lock held; services/common/memory.py)."""
+        if not self._shrink.shrunk(len(self._series)):
+            return
+        self._series, self._decision = dict(self._series), dict(self._decision)
+        self._name = dict(self._name)
+        for gauge in PER_INTENT + CALIBRATION:
+            # prometheus_client keeps a metric's children in `_metrics`, guarded by `_lock`
+            # (unchanged since 0.4); it has no call that rebuilds the table
+            with gauge._lock:
+                gauge._metrics = dict(gauge._metrics)
 
     @staticmethod
     def _remove(key: tuple[str, str]) -> None:
