@@ -430,7 +430,7 @@ class ControlLoop:
             self.config.dmug, tick,
         )  # fmt: skip
         corrections = {i: self._stats.calibration(i) for i in errors}
-        self.metrics.record_prediction_errors(errors, corrections, self._names)
+        self.metrics.record_prediction_errors(errors, corrections)
 
     def service_stats(self) -> dict[str, model.ServiceStats]:
         """The predictor's per-intent statistics, as the policies read them."""

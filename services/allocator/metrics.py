@@ -192,16 +192,20 @@ class DecisionMetrics:
         self,
         errors: Mapping[str, float],
         corrections: Mapping[str, Any],
-        names: Mapping[str, str],
     ) -> None:
         """Per intent: the last plan's prediction error and the predictor's latency correction
-        (a CalibrationState or None); removed with the intent's other series."""
-        for intent_id, error in errors.items():
-            key = (names.get(intent_id, intent_id), intent_id)
-            PREDICTION_ERROR.labels(*key).set(error)
-            cal = corrections.get(intent_id)
-            if cal is not None:
-                LATENCY_CORRECTION.labels(*key).set(cal.correction)
+        (a CalibrationState or None); removed with the intent's other series. Only intents
+        with series get these: telemetry read before an intent was deleted can arrive after
+        its series went, and a series made then would never be removed."""
+        with self._lock:
+            for intent_id, error in errors.items():
+                kept = self._series.get(intent_id)
+                if kept is None:
+                    continue
+                PREDICTION_ERROR.labels(*kept[0]).set(error)
+                cal = corrections.get(intent_id)
+                if cal is not None:
+                    LATENCY_CORRECTION.labels(*kept[0]).set(cal.correction)
 
     def forget(self, intent_ids: Iterable[str]) -> None:
         ids = set(intent_ids)
