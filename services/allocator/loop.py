@@ -95,6 +95,10 @@ class _LockedPredictor:
             for intent_id in intent_ids:
                 self.predictor.forget(intent_id)
 
+    def compact(self) -> None:
+        with self.lock:
+            self.predictor.compact()
+
 
 class ControlLoop:
     """Owns the plan state; ``tick()`` is one iteration (the thread calls it every tick_s)."""
@@ -139,6 +143,7 @@ class ControlLoop:
         self._workers: dict[str, int] = {}
         self._policy_error: str | None = None
         self._shrink = ShrinkWatch()
+        self._release_pending = False  # the store shrank a lot: trim after the next tick
         self.feed = PlanFeed()
         self.metrics = metrics.DecisionMetrics()
         self._stability_window = window_ticks(config.tick_s)
@@ -246,6 +251,10 @@ class ControlLoop:
         self.metrics.record(result, self._names, seconds, tick, self._stability_window)
         metrics.set_node_stale(node.stale)
         self._push(snapshot, header, entries)
+        with self._lock:
+            release, self._release_pending = self._release_pending, False
+        if release:  # thousands of intents left: give their memory back, once this tick's
+            release_freed_memory()  # caches and gauges dropped theirs
         return snapshot
 
     def _current_intents(
@@ -284,10 +293,16 @@ class ControlLoop:
                     workers.pop(intent_id, None)
                 self._plan_entries, self._workers = entries, workers
             counts = dict(self._class_counts)
+            shrunk = self._shrink.shrunk(len(self._rows))
+            if shrunk:  # the rows' tables are sized for the peak (services/common/memory.py)
+                self._rows = dict(self._rows)
+                self._mine_specs = dict(self._mine_specs)
+                self._mine_intents = dict(self._mine_intents)
+                self._release_pending = True
         self._stats.forget(gone)
+        if shrunk:
+            self._stats.compact()
         self.metrics.forget(gone)
-        if self._shrink.shrunk(len(intents)):
-            release_freed_memory()  # thousands of intents left: give their memory back
         metrics.set_intent_counts(counts)
         return specs, intents
 

@@ -22,6 +22,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
+from services.common.memory import ShrinkWatch
 from services.core import model
 from services.core.stability import PlanChanges, plan_changes
 
@@ -131,6 +132,7 @@ class DecisionMetrics:
         # per intent id: (name, value) of the calibration gauges
         self._error: dict[str, tuple[str, float]] = {}
         self._correction: dict[str, tuple[str, float]] = {}
+        self._shrink = ShrinkWatch()  # the tables are rebuilt after a large shrink
         _LIVE.add(self)
 
     def record(
@@ -172,6 +174,7 @@ class DecisionMetrics:
                 named[ids[k]] = labels[k]
             if len(last) > len(ids):
                 self._drop(last.keys() - set(ids))
+            self._compact_if_shrunk()
 
     def record_prediction_errors(
         self,
@@ -196,6 +199,7 @@ class DecisionMetrics:
     def forget(self, intent_ids: Iterable[str]) -> None:
         with self._lock:
             self._drop(set(intent_ids))
+            self._compact_if_shrunk()
 
     def close(self) -> None:
         """Stop reporting this loop's series (a stopped loop)."""
@@ -205,6 +209,13 @@ class DecisionMetrics:
         for table in (self._decision, self._name, self._error, self._correction):
             for intent_id in ids & table.keys():
                 del table[intent_id]
+
+    def _compact_if_shrunk(self) -> None:
+        """A dict keeps its table's size when entries go: copies after a large shrink
+        (services/common/memory.py; the lock held)."""
+        if self._shrink.shrunk(len(self._decision)):
+            self._decision, self._name = dict(self._decision), dict(self._name)
+            self._error, self._correction = dict(self._error), dict(self._correction)
 
     def families(self) -> list[GaugeMetricFamily]:
         """The per-intent gauges as they stand (called at scrape time)."""

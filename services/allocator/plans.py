@@ -24,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from parfusion.v1 import intent_pb2
+from services.common.memory import ShrinkWatch
 from services.core import model
 from services.core.convert import DEGRADATION_TO_PROTO, STATE_TO_PROTO
 from services.core.cpuset import format_cpuset
@@ -99,6 +100,7 @@ class AllocationCache:
         self._intent: dict[str, intent_pb2.ResourceIntent | None] = {}
         self._entry: dict[str, bytes] = {}
         self.workers: dict[str, int] = {}  # intent id -> Allocation.workers in the last plan
+        self._shrink = ShrinkWatch()  # the tables are rebuilt after a large shrink
 
     def entries(
         self,
@@ -131,6 +133,9 @@ class AllocationCache:
             for intent_id in self._decision.keys() - set(ids):
                 del self._decision[intent_id], self._intent[intent_id], self._entry[intent_id]
                 del workers[intent_id]
+        if self._shrink.shrunk(len(self._decision)):  # see services/common/memory.py
+            self._decision, self._intent = dict(self._decision), dict(self._intent)
+            self._entry, workers = dict(self._entry), dict(workers)
         if layout:
             entries = list(self._entries)
             for k in changed:

@@ -53,6 +53,7 @@ from services.allocator.store_file import (
     unreadable,
 )
 from services.common.errors import FailedPrecondition, NotFound, Unavailable
+from services.common.memory import ShrinkWatch
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +88,7 @@ class IntentStore:
         self._db_lock = threading.Lock()  # guards the connection (writer thread + meta reads)
         self._mirror: dict[str, StoredIntent] = {}
         self._content: dict[str, bytes] = {}
+        self._shrink = ShrinkWatch()  # the mirror's tables are rebuilt after a large shrink
         self.version = 0
         # (version, ids it changed) for the last JOURNAL_VERSIONS versions: changes_since
         self._journal: collections.deque[tuple[int, tuple[str, ...]]] = collections.deque(
@@ -320,6 +322,8 @@ class IntentStore:
                 else:
                     self._mirror[intent_id] = stored
                     self._content[intent_id] = content or b""
+            if self._shrink.shrunk(len(self._mirror)):  # see services/common/memory.py
+                self._mirror, self._content = dict(self._mirror), dict(self._content)
             if changes.mirror:
                 self.version += 1
                 self._journal.append((self.version, tuple(i for i, _, _ in changes.mirror)))

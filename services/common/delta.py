@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
+from services.common.memory import ShrinkWatch
+
 
 @dataclass(frozen=True)
 class Delta:
@@ -30,6 +32,7 @@ class DeltaSender:
     def __init__(self) -> None:
         self._held: dict[str, bytes] | None = None  # None: unknown, send everything
         self.held_generation = 0
+        self._shrink = ShrinkWatch()  # the table is rebuilt after a large shrink (memory.py)
 
     def diff(self, entries: Mapping[str, bytes], present: Collection[str] | None = None) -> Delta:
         """The delta from what is held to ``entries``; with ``present`` (every key the state
@@ -54,11 +57,14 @@ class DeltaSender:
             self._held.pop(k, None)
         for k in delta.changed:
             self._held[k] = entries[k]
+        if self._shrink.shrunk(len(self._held)):
+            self._held = dict(self._held)
         self.held_generation = generation
 
     def held(self, entries: Mapping[str, bytes], generation: int) -> None:
         """The receiver now holds exactly ``entries`` at ``generation``."""
         self._held = dict(entries)
+        self._shrink.shrunk(len(self._held))  # the watch sees every size: a new peak here
         self.held_generation = generation
 
     def forget(self) -> None:
@@ -73,6 +79,7 @@ class HeldState:
     def __init__(self) -> None:
         self.entries: dict[str, bytes] = {}
         self.generation = 0
+        self._shrink = ShrinkWatch()  # the table is rebuilt after a large shrink (memory.py)
 
     def accepts(self, base: int, removed: Iterable[str] = ()) -> bool:
         """Whether a delta against ``base`` removing ``removed`` applies to what is held."""
@@ -93,6 +100,8 @@ class HeldState:
             for k in removed:
                 del self.entries[k]
             self.entries.update(changed)
+        if self._shrink.shrunk(len(self.entries)):
+            self.entries = dict(self.entries)
         self.generation = generation
         return True
 

@@ -5,6 +5,12 @@ pages in its arenas: the process's RSS stays at its peak (the node agent stayed 
 after the store shrank). ``malloc_trim(0)`` returns the free pages at the top of each arena and
 the free whole pages inside them. It costs a few milliseconds, so callers use it only after a
 large shrink. Without glibc (musl, macOS) it does nothing.
+
+Freed objects are not all: a dict or set never shrinks its table when entries are removed, so
+one that held 10,000 intents keeps a table for 10,000 (hundreds of KB) after they are all
+gone. Holders of per-intent state watch their size with ``ShrinkWatch`` and copy their
+tables after a large shrink (``dict(d)`` builds a table sized for what is left), before the
+trim.
 """
 
 from __future__ import annotations

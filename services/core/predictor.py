@@ -333,5 +333,13 @@ class Predictor:
         self._previous.pop(intent_id, None)
         self._calibration.pop(intent_id, None)
 
+    def compact(self) -> None:
+        """Rebuild the per-intent tables after many intents were forgotten: a dict keeps the
+        table of its largest size after its entries are removed."""
+        self._current, self._previous = dict(self._current), dict(self._previous)
+        self._calibration = dict(self._calibration)
+        # the forgotten intents leave the kept snapshot now rather than at the next snapshot()
+        self._snapshot = {i: s for i, s in self._snapshot.items() if i in self._current}
+
     def __len__(self) -> int:
         return len(self._current)

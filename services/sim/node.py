@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from services.common.memory import ShrinkWatch
 from services.sim.disturbance import ActiveDisturbance, DisturbanceSpec
 from services.sim.params import ModelParams
 from services.sim.queue import RequestQueue, StepOutcome
@@ -70,6 +71,7 @@ class ModeledNode:
         self.removed_dropped = 0
         self.retired: list[IntentRun] = []  # deleted intents' runs, kept when keep_history
         self._incarnations: dict[str, int] = {}
+        self._shrink = ShrinkWatch()  # `runs` is rebuilt after a large shrink
         self._all_gpus = tuple(range(params.gpu_count))
 
     # -- what runs -------------------------------------------------------------------------
@@ -81,6 +83,7 @@ class ModeledNode:
             self._remove(intent_id)
         for profile in wanted.values():
             self._set_profile(profile)
+        self._compact_if_shrunk()
 
     def _set_profile(self, profile: WorkloadProfile) -> None:
         run = self.runs.get(profile.intent_id)
@@ -105,6 +108,13 @@ class ModeledNode:
         for profile, assignment in entries:
             self._set_profile(profile)
             self.runs[profile.intent_id].assignment = assignment
+        self._compact_if_shrunk()
+
+    def _compact_if_shrunk(self) -> None:
+        """A dict keeps the table of its largest size after its entries are removed: after
+        thousands of intents left, `runs` is rebuilt (services/common/memory.py)."""
+        if self._shrink.shrunk(len(self.runs)):
+            self.runs = dict(self.runs)
 
     def _new_run(self, profile: WorkloadProfile) -> IntentRun:
         # One stream per intent (and per re-submission of the same id): adding or removing an

@@ -78,3 +78,22 @@ def test_a_renamed_intent_moves_its_series_even_with_the_same_decision() -> None
         model.PlanResult(policy="parfusion", decisions=(b, a)), {"m-r": "new", "m-s": "s"}, 0.0
     )
     assert _units("new", "m-r") == 3 and _units("s", "m-s") == 1
+
+
+def _error(name: str, intent_id: str) -> float | None:
+    return REGISTRY.get_sample_value(
+        "parfusion_dmug_prediction_error_ratio", {"intent": name, "intent_id": intent_id}
+    )
+
+
+def test_prediction_errors_of_an_intent_already_forgotten_make_no_series() -> None:
+    m = DecisionMetrics()
+    _record(m, model.Decision("m-e", 2), model.Decision("m-f", 1))
+    m.record_prediction_errors({"m-e": 0.5}, {})
+    assert _error("n-m-e", "m-e") == 0.5  # under the series' own labels
+    m.forget(["m-e", "m-f"])
+    assert _error("n-m-e", "m-e") is None
+    # telemetry read before the deletes arrives after them: no series comes back, none leaks
+    m.record_prediction_errors({"m-e": 0.25, "m-f": 0.1}, {})
+    assert _error("n-m-e", "m-e") is None and _error("n-m-f", "m-f") is None
+    assert _error("m-f", "m-f") is None

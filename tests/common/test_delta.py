@@ -4,6 +4,8 @@ state of that generation, and a sender that gets a refusal sends the whole state
 
 from __future__ import annotations
 
+import sys
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -74,3 +76,19 @@ def test_a_delta_against_another_generation_changes_nothing() -> None:
     assert not receiver.apply(4, 6, {"b": b"2"}, [])
     assert not receiver.apply(5, 6, {}, ["missing"])  # removes what is not held: disagreement
     assert (receiver.generation, receiver.entries) == (5, {"a": b"1"})
+
+
+def test_both_sides_rebuild_their_tables_after_most_keys_left() -> None:
+    sender, receiver = DeltaSender(), HeldState()
+    full = {f"k{i}": b"x" for i in range(2000)}
+    sender.held(full, 1)
+    receiver.apply(0, 1, full, [])
+    peak = sys.getsizeof(receiver.entries)
+    left = {"k7": b"x"}
+    delta = sender.diff(left)
+    assert len(delta.removed) == 1999 and not delta.changed
+    assert receiver.apply(delta.base, 2, {}, delta.removed)
+    sender.advance(delta, left, 2)
+    assert receiver.entries == left and sender.diff(left).removed == []
+    most = sys.getsizeof(dict.fromkeys(range(8)))
+    assert max(sys.getsizeof(receiver.entries), sys.getsizeof(sender._held)) <= most < peak

@@ -112,6 +112,22 @@ def test_snapshot_forget_and_bad_input():
         P2Quantile(1.0)
 
 
+def test_compact_after_forgetting_most_intents_keeps_the_rest_and_frees_the_tables():
+    p = Predictor()
+    for k in range(2000):
+        p.observe_many(f"i{k:04d}", [10.0 + k % 7] * MIN_SAMPLES)
+    p.snapshot()
+    kept = {i: p.stats(i) for i in ("i0007", "i1999")}
+    peak = sys.getsizeof(p._current)
+    for k in range(2000):
+        if f"i{k:04d}" not in kept:
+            p.forget(f"i{k:04d}")
+    p.compact()
+    small = sys.getsizeof(dict.fromkeys(range(8)))
+    assert max(sys.getsizeof(p._current), sys.getsizeof(p._snapshot)) <= small < peak
+    assert p.snapshot() == kept  # the very same stats objects, nothing forgotten comes back
+
+
 @settings(max_examples=40, deadline=None)
 @given(st.lists(st.floats(0.0, 1e4), min_size=1, max_size=200))
 def test_estimates_stay_within_the_observed_range(samples):

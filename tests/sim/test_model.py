@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -223,3 +224,14 @@ def test_an_idle_class_pool_gets_only_the_cores_others_leave(params):
     assert shared[1] > alone_batch[1]  # fewer cores left for batch
     assert shared[1] > niced[1]  # idle time only: slower than a pool that competes at nice 19
     assert shared[0] <= niced[0]
+
+
+def test_runs_table_is_rebuilt_after_most_intents_leave(params):
+    node = ModeledNode(params, seed=0)
+    profiles = [online(params, intent_id=f"on-{k}", rate=1.0) for k in range(2000)]
+    node.set_profiles(profiles)
+    peak = sys.getsizeof(node.runs)
+    kept = node.runs["on-5"]
+    node.change([], [p.intent_id for p in profiles if p.intent_id != "on-5"], True)
+    assert list(node.runs) == ["on-5"] and node.runs["on-5"] is kept
+    assert sys.getsizeof(node.runs) <= sys.getsizeof(dict.fromkeys(range(8))) < peak

@@ -1,0 +1,376 @@
+"""Where the served allocator's memory stays after every intent is deleted.
+
+The allocator runs in this process, served as `main()` serves it (start_allocator: a real gRPC
+server and loop, switch interval set, a temporary PARFUSION_HOME removed after); the node agent
+(modeled backend) and gpulane run as `parfusion up --detach` starts them. A client in a
+separate process (this script with `--client`) submits N intents of bench_loop's mix through
+SubmitIntent, waits until the plan holds them, deletes every one and waits for the empty
+plan. Then, after a settle time, this process reports against its state before the submits:
+
+- RSS, glibc's heap (mallinfo2: bytes in use and free in the arenas, mmapped bytes) and
+  CPython's object allocator (sys._debugmallocstats: arenas, bytes in used and free blocks);
+- objects per type (gc.get_objects(), the types that grew);
+- the size of the loop's and the servicer's long-lived containers and of every Prometheus
+  metric's children;
+- with `--trace`, what is still allocated since the submits, by line (tracemalloc: Python
+  objects only, not protobuf's upb arenas nor gRPC's core).
+
+Retention (objects still referenced) shows as types and containers that grew and traced
+blocks still alive; fragmentation (freed but not returned) shows as free bytes in glibc's
+arenas or free blocks in CPython's arenas with nothing alive behind them.
+
+    .venv/bin/python bench/bench_memory.py --intents 10000 [--trace] [--settle 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import ctypes.util
+import gc
+import json
+import os
+import random
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import tracemalloc
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import grpc  # noqa: E402
+import psutil  # noqa: E402
+
+from bench.bench_loop import make_intent  # noqa: E402
+from parfusion.v1 import allocator_pb2, allocator_pb2_grpc  # noqa: E402
+
+PEERS = ("nodeagent", "gpulane")
+
+
+# --- the client (its own process) ------------------------------------------------------------
+
+
+def wait_for_plan(stub: Any, size: int, timeout_s: float = 600.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        reply = stub.GetPlan(allocator_pb2.GetPlanRequest(), timeout=30)
+        if len(reply.node_plan.allocations) == size:
+            return
+        time.sleep(0.5)
+    raise TimeoutError(f"the plan never held {size} allocations")
+
+
+def client(address: str, n: int, settle: float) -> None:
+    """Submit n intents, wait for them in the plan, delete them all, wait for the empty plan."""
+    rng = random.Random(7)
+    intents = [make_intent(k, rng) for k in range(n)]
+    with grpc.insecure_channel(address) as channel:
+        stub = allocator_pb2_grpc.AllocatorServiceStub(channel)
+        started = time.perf_counter()
+        with ThreadPoolExecutor(8) as pool:
+            list(
+                pool.map(
+                    lambda i: stub.SubmitIntent(
+                        allocator_pb2.SubmitIntentRequest(intent=i), timeout=30
+                    ),
+                    intents,
+                )
+            )
+        wait_for_plan(stub, n)
+        print(f"client: {n} submitted and planned in {time.perf_counter() - started:.1f} s")
+        time.sleep(settle)
+        stored = stub.ListIntents(allocator_pb2.ListIntentsRequest(), timeout=60).intents
+        started = time.perf_counter()
+        with ThreadPoolExecutor(8) as pool:
+            list(
+                pool.map(
+                    lambda i: stub.DeleteIntent(
+                        allocator_pb2.DeleteIntentRequest(id=i.id), timeout=30
+                    ),
+                    stored,
+                )
+            )
+        wait_for_plan(stub, 0)
+        print(f"client: {len(stored)} deleted, plan empty in {time.perf_counter() - started:.1f} s")
+
+
+# --- what this process holds -----------------------------------------------------------------
+
+
+class _Mallinfo2(ctypes.Structure):
+    _fields_ = [
+        (name, ctypes.c_size_t)
+        for name in (
+            "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks",
+            "uordblks", "fordblks", "keepcost",
+        )
+    ]  # fmt: skip
+
+
+def glibc_heap() -> dict[str, float]:
+    """MB: in use and free in malloc's arenas, mmapped (large) blocks."""
+    name = ctypes.util.find_library("c")
+    libc = ctypes.CDLL(name) if name else None
+    if libc is None or not hasattr(libc, "mallinfo2"):
+        return {}
+    libc.mallinfo2.restype = _Mallinfo2
+    info = libc.mallinfo2()
+    mb = 2**20
+    return {
+        "arena_mb": info.arena / mb,
+        "in_use_mb": info.uordblks / mb,
+        "free_mb": info.fordblks / mb,
+        "mmapped_mb": info.hblkhd / mb,
+    }
+
+
+def pymalloc_stats() -> dict[str, float]:
+    """CPython's object allocator, from sys._debugmallocstats (written to the C stderr)."""
+    with tempfile.TemporaryFile() as out:
+        saved = os.dup(2)
+        sys.stderr.flush()
+        os.dup2(out.fileno(), 2)
+        try:
+            sys._debugmallocstats()
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        out.seek(0)
+        text = out.read().decode(errors="replace")
+
+    def number(label: str) -> float:
+        match = re.search(re.escape(label) + r"\s*=\s*([\d,]+)", text)
+        return float(match.group(1).replace(",", "")) if match else float("nan")
+
+    mb = 2**20
+    return {
+        "arenas": number("# arenas allocated current"),
+        "arenas_mb": number("# bytes in allocated blocks") / mb
+        + number("# bytes in available blocks") / mb
+        + number("# bytes lost to pool headers") / mb
+        + number("# bytes lost to quantization") / mb
+        + number("# bytes lost to arena alignment") / mb,
+        "used_blocks_mb": number("# bytes in allocated blocks") / mb,
+        "free_blocks_mb": number("# bytes in available blocks") / mb,
+        "free_pools": number("# unused pools"),
+    }
+
+
+def type_counts() -> Counter[str]:
+    return Counter(type(o).__qualname__ for o in gc.get_objects())
+
+
+def sized(obj: Any, prefix: str, depth: int = 1) -> dict[str, int]:
+    """len() of every container attribute of obj (and of its attributes' attributes)."""
+    found: dict[str, int] = {}
+    for name, value in sorted(vars(obj).items()):
+        key = f"{prefix}.{name}"
+        if isinstance(value, (dict, list, set, tuple, frozenset)) or hasattr(value, "maxlen"):
+            found[key] = len(value)
+        elif depth > 0 and hasattr(value, "__dict__") and not isinstance(value, type):
+            with contextlib.suppress(TypeError):
+                found.update(sized(value, key, depth - 1))
+    return found
+
+
+def metric_children() -> dict[str, int]:
+    from prometheus_client import REGISTRY
+    from prometheus_client.metrics import MetricWrapperBase
+
+    counts: dict[str, int] = {}
+    for collector in list(REGISTRY._collector_to_names):  # noqa: SLF001
+        if isinstance(collector, MetricWrapperBase) and collector._labelnames:  # noqa: SLF001
+            counts[collector._name] = len(collector._metrics)  # noqa: SLF001
+    return counts
+
+
+def large_containers(least_bytes: int = 32 * 1024) -> dict[str, int]:
+    """Containers of at least `least_bytes` (sys.getsizeof: a dict's or list's own table, which
+    does not shrink when entries are removed), by the first path found from the modules."""
+    found: dict[str, int] = {}
+    seen: set[int] = set()
+    queue = [(f"sys.modules[{name!r}]", m) for name, m in list(sys.modules.items())]
+    while queue:
+        path, obj = queue.pop()
+        if id(obj) in seen or isinstance(obj, (str, bytes, int, float, type(None))):
+            continue
+        seen.add(id(obj))
+        if isinstance(obj, (dict, list, set, frozenset, tuple, bytearray)):
+            size = sys.getsizeof(obj)
+            if size >= least_bytes:
+                found[f"{path} ({type(obj).__name__}, len {len(obj)})"] = size
+        if len(path) < 240:
+            queue.extend((f"{path}>{type(r).__name__}", r) for r in gc.get_referents(obj))
+    return found
+
+
+def rss_by_mapping() -> dict[str, float]:
+    """MB resident per kind of mapping (/proc/self/smaps): the brk heap (glibc's main arena),
+    anonymous mappings (CPython's 1 MiB arenas, glibc's other arenas, thread stacks, large
+    blocks), files (code and libraries)."""
+    kinds: dict[str, float] = {"heap": 0.0, "anonymous": 0.0, "files": 0.0}
+    kind = "files"
+    with open("/proc/self/smaps") as smaps:
+        for line in smaps:
+            head = line.split()
+            if not head[0].endswith(":"):  # a mapping's first line: range, perms, ..., path
+                path = head[5] if len(head) > 5 else ""
+                kind = "heap" if path == "[heap]" else "anonymous" if not path else "files"
+            elif head[0] == "Rss:":
+                kinds[kind] += int(head[1]) / 1024
+    return kinds
+
+
+def rss_mb() -> float:
+    return float(psutil.Process().memory_info().rss / 2**20)
+
+
+def state(handle: Any) -> dict[str, Any]:
+    gc.collect()
+    containers = sized(handle.loop, "loop", depth=2)
+    containers.update(sized(handle.servicer, "servicer", depth=1))
+    containers.update(sized(handle.store, "store", depth=1))
+    return {
+        "rss_mb": rss_mb(),
+        "rss_by_mapping": rss_by_mapping(),
+        "glibc": glibc_heap(),
+        "pymalloc": pymalloc_stats(),
+        "objects": len(gc.get_objects()),
+        "threads": threading.active_count(),
+        "containers": containers,
+        "metric_children": metric_children(),
+        "large": large_containers(),
+    }
+
+
+def grown(before: dict[str, int], after: dict[str, int], least: int = 1) -> dict[str, str]:
+    return {
+        k: f"{before.get(k, 0)} -> {v}"
+        for k, v in sorted(after.items())
+        if v - before.get(k, 0) >= least
+    }
+
+
+def serve_and_measure(args: argparse.Namespace) -> dict[str, Any]:
+    from services.allocator.server import GIL_SWITCH_INTERVAL_S, start_allocator
+    from services.common.config import parse_service_args
+    from services.common.memory import release_freed_memory
+    from tests.stack import start_stack
+
+    with tempfile.TemporaryDirectory(prefix="parfusion-bench-memory-") as tmp:
+        home = Path(tmp)
+        (home / "configs").symlink_to(ROOT / "configs")
+        extra = {
+            "PARFUSION_ALLOCATOR_SEED_INTENTS": "false",
+            "PARFUSION_NODEAGENT_BACKEND": "modeled",
+            "PARFUSION_LOG_LEVEL": "WARNING",
+            "PARFUSION_ALLOCATOR_MAX_INTENTS": str(args.intents + 100),
+        }
+        stack = start_stack(home, PEERS, extra)
+        try:
+            os.environ.update(stack.env)
+            settings, _ = parse_service_args("allocator", [])
+            sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
+            running = start_allocator(settings, metrics_port=0)
+            try:
+                return measure(running, stack, args, release_freed_memory)
+            finally:
+                running.stop(grace=1.0)
+        finally:
+            stack.close()
+
+
+def measure(running: Any, stack: Any, args: argparse.Namespace, release: Any) -> dict[str, Any]:
+    agent = psutil.Process(
+        int(json.loads((stack.home / "run" / "launcher.json").read_text())["pids"]["nodeagent"])
+    )
+    time.sleep(args.settle)
+    before = state(running.handle)
+    types_before = type_counts()
+    agent_before = agent.memory_info().rss / 2**20
+    if args.trace:
+        tracemalloc.start(args.trace_frames)
+    done = subprocess.run(
+        [sys.executable, __file__, "--client", running.address, "--intents", str(args.intents)],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    print(done.stdout, end="", file=sys.stderr)
+    time.sleep(args.settle)
+    after = state(running.handle)
+    types_after = type_counts()
+    agent_after = agent.memory_info().rss / 2**20
+    traced: list[str] = []
+    if args.trace:
+        snapshot = tracemalloc.take_snapshot().filter_traces(
+            [tracemalloc.Filter(False, tracemalloc.__file__)]
+        )
+        tracemalloc.stop()
+        stats = snapshot.statistics("traceback")
+        traced.append(
+            f"traced since the submits, still allocated: {sum(s.size for s in stats) / 2**20:.1f} "
+            f"MB in {sum(s.count for s in stats)} blocks"
+        )
+        for stat in stats[: args.top]:
+            lines = [f"{stat.size / 1024:.0f} KiB in {stat.count} blocks"]
+            lines += [f"    {line}" for line in stat.traceback.format()[-2 * args.trace_frames :]]
+            traced.append("\n".join(lines))
+        del snapshot
+    trimmed = {
+        "released": release(),
+        "rss_mb": rss_mb(),
+        "rss_by_mapping": rss_by_mapping(),
+        "glibc": glibc_heap(),
+        "threads": threading.active_count(),
+    }
+    return {
+        "intents": args.intents,
+        "rss_mb": {"before": before["rss_mb"], "after": after["rss_mb"]},
+        "rss_by_mapping": {"before": before["rss_by_mapping"], "after": after["rss_by_mapping"]},
+        "agent_rss_mb": {"before": agent_before, "after": agent_after},
+        "glibc": {"before": before["glibc"], "after": after["glibc"]},
+        "pymalloc": {"before": before["pymalloc"], "after": after["pymalloc"]},
+        "objects": {"before": before["objects"], "after": after["objects"]},
+        "threads": {"before": before["threads"], "after": after["threads"]},
+        "types_grown": grown(types_before, types_after, least=50),
+        "containers_grown": grown(before["containers"], after["containers"]),
+        "metric_children_grown": grown(before["metric_children"], after["metric_children"]),
+        "large_after": {k: v for k, v in after["large"].items() if k not in before["large"]},
+        "after_another_trim": trimmed,
+        "traced": traced,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--intents", type=int, default=10000)
+    parser.add_argument("--settle", type=float, default=5.0, help="seconds before each reading")
+    parser.add_argument("--trace", action="store_true", help="tracemalloc from the submits on")
+    parser.add_argument("--trace-frames", type=int, default=6)
+    parser.add_argument("--top", type=int, default=25, help="traced lines reported")
+    parser.add_argument("--client", metavar="ADDRESS", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.client:
+        client(args.client, args.intents, args.settle)
+        return
+    report = serve_and_measure(args)
+    traced = report.pop("traced")
+    print(json.dumps(report, indent=2))
+    for block in traced:
+        print(block)
+
+
+if __name__ == "__main__":
+    main()
