@@ -32,6 +32,7 @@ from services.common.grpc_server import (
     wait_for_shutdown_signal,
 )
 from services.common.logs import configure_logging
+from services.common.memory import freeze_startup_objects
 from services.core import convert, model
 from services.core.policies.registry import list_policies
 from services.core.validation import normalize_intent
@@ -377,6 +378,7 @@ def main(argv: list[str] | None = None) -> None:
             "address": f"{settings.host}:{running.server.port}",
             "metrics_port": running.server.metrics_port,
             "db": str(running.handle.store.path),
+            "frozen_objects": freeze_startup_objects(),
         },
     )
     wait_for_shutdown_signal()

@@ -29,6 +29,7 @@ from prometheus_client import start_http_server
 
 from services.common.config import ServiceSettings
 from services.common.interceptors import ServiceInterceptor
+from services.common.memory import freeze_startup_objects
 
 log = logging.getLogger(__name__)
 
@@ -210,6 +211,7 @@ def serve_forever(
             "address": f"{settings.host}:{running.port}",
             "metrics_port": running.metrics_port,
             "services": ",".join(running.service_names),
+            "frozen_objects": freeze_startup_objects(),
         },
     )
     wait_for_shutdown_signal()

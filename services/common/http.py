@@ -20,6 +20,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from services.common.config import ServiceSettings
+from services.common.memory import freeze_startup_objects
 from services.common.tokens import bearer, token_matches
 
 log = logging.getLogger(__name__)
@@ -371,5 +372,10 @@ def uvicorn_config(app: ASGIApp, settings: ServiceSettings) -> uvicorn.Config:
 def serve_http(app: ASGIApp, settings: ServiceSettings) -> None:
     """Run under uvicorn until SIGTERM/SIGINT; uvicorn drains connections and runs the lifespan."""
     settings.ensure_dirs()
-    log.info("serving", extra={"address": f"http://{settings.host}:{settings.port}"})
-    uvicorn.Server(uvicorn_config(app, settings)).run()
+    config = uvicorn_config(app, settings)
+    frozen = freeze_startup_objects()
+    log.info(
+        "serving",
+        extra={"address": f"http://{settings.host}:{settings.port}", "frozen_objects": frozen},
+    )
+    uvicorn.Server(config).run()

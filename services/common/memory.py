@@ -62,3 +62,16 @@ def release_freed_memory() -> bool:
     if libc is None:
         return False
     return bool(libc.malloc_trim(0))
+
+
+def freeze_startup_objects() -> int:
+    """Move every object alive now (modules, classes, functions, the built service) to the
+    collector's permanent generation, so a full collection no longer walks them: in the
+    allocator at 10,000 intents a full collection went from 35-71 to 13-14 ms, and it holds the
+    interpreter lock, so every RPC waits that long. Called once a service is built, before it
+    serves. Frozen objects are still freed when their last reference goes; only a reference
+    cycle among them would stay (start-up state holds none that is ever dropped). Returns how
+    many objects were frozen."""
+    gc.collect()
+    gc.freeze()
+    return gc.get_freeze_count()
