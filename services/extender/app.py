@@ -4,15 +4,18 @@
 Bad bodies (malformed JSON, wrong shape, missing Pod) get 400 with ``{"error", "field"}``;
 bodies over ``max_body_bytes`` get 413. kube-scheduler treats any non-200 as an error for the
 pod, which is what a malformed call deserves. Filter and prioritize run on the event loop
-(they are CPU-only and take milliseconds); bind may call the API server, so it runs in a thread.
+(they are CPU-only and take milliseconds); bind with API access waits on the API server, so it
+runs in a thread of its own pool (standalone, it only updates the view, on the loop).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import anyio.to_thread
@@ -49,7 +52,6 @@ from .telemetry import TelemetryPoller, TelemetrySource
 from .verbs import Extender
 
 log = logging.getLogger(__name__)
-JSON = "application/json"
 
 
 def build_extender(settings: ServiceSettings) -> Extender:
@@ -86,6 +88,10 @@ def create_app(settings: ServiceSettings, extender: Extender | None = None) -> P
         lambda: sum(1 for r in ext.view.snapshot().values() if r.telemetry_at is not None)
     )
     background: dict[str, Any] = {}
+    # binds wait on the API server: threads of their own, as many as the API client's
+    # connection pool holds (more would only queue for a connection)
+    pool = ext.api.api_client.configuration.connection_pool_maxsize if ext.api else 1
+    binder = ThreadPoolExecutor(max(1, pool), thread_name_prefix="extender-bind")
 
     def verb(
         name: str, decode: Callable[[bytes], Any], answer: Callable[[Any], Awaitable[bytes]]
@@ -120,7 +126,9 @@ def create_app(settings: ServiceSettings, extender: Extender | None = None) -> P
         return ext.prioritize(args)
 
     async def bind_answer(args: protocol.ExtenderBindingArgs) -> bytes:
-        return await anyio.to_thread.run_sync(ext.bind, args)
+        if ext.api is None:  # standalone: the view only, nothing that blocks
+            return ext.bind(args)
+        return await asyncio.get_running_loop().run_in_executor(binder, ext.bind, args)
 
     async def preempt_answer(args: protocol.ExtenderPreemptionArgs) -> bytes:
         return ext.preempt(args)
@@ -176,6 +184,7 @@ def create_app(settings: ServiceSettings, extender: Extender | None = None) -> P
             poller = background.pop("poller", None)
             if poller is not None:
                 await anyio.to_thread.run_sync(poller.stop)
+            binder.shutdown(wait=False)
 
     routes = [
         Route("/state", state, methods=["GET"]),
