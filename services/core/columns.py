@@ -82,10 +82,15 @@ class SpecColumns:
     def updated(self, specs: Sequence[IntentSpec]) -> SpecColumns:
         """The columns of `specs`: rows whose spec object is one of these columns' are gathered
         from them, only the other specs are read (all of them when they are most)."""
-        n = len(specs)
-        # ids of objects these columns hold (self.specs keeps them alive), so a match is the object
-        at = {id(spec): i for i, spec in enumerate(self.specs)}
-        src = np.fromiter(map(at.get, map(id, specs), itertools.repeat(-1)), np.int64, n)
+        n, own = len(specs), self.specs
+        k = len(own)
+        if n > k and all(map(operator.is_, specs[:k], own)):  # specs appended (submits)
+            src = np.full(n, -1, np.int64)
+            src[:k] = np.arange(k)
+        else:
+            # ids of objects these columns hold (self.specs keeps them alive): a match is the object
+            at = dict(zip(map(id, own), range(k), strict=True))
+            src = np.fromiter(map(at.get, map(id, specs), itertools.repeat(-1)), np.int64, n)
         new_rows = (src < 0).nonzero()[0]
         if 2 * new_rows.size >= n:
             return read_spec_columns(specs)

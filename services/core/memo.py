@@ -89,7 +89,12 @@ def row_map(old_ids: Sequence[str], new_ids: Sequence[str]) -> np.ndarray | None
     the same sequence (rows align as they are)."""
     if old_ids is new_ids or old_ids == new_ids:
         return None
-    at = {intent_id: i for i, intent_id in enumerate(old_ids)}
+    k = len(old_ids)
+    if len(new_ids) > k and new_ids[:k] == old_ids:  # intents appended (submits): no lookups
+        src = np.full(len(new_ids), -1, np.int64)
+        src[:k] = np.arange(k)
+        return src
+    at = dict(zip(old_ids, range(k), strict=True))
     return np.fromiter(map(at.get, new_ids, itertools.repeat(-1)), np.int64, len(new_ids))
 
 
@@ -100,8 +105,9 @@ def aligned(old: Mapping[str, Column], src: np.ndarray | None) -> Mapping[str, C
         return old
     at = np.maximum(src, 0)
     rows = at.tolist()
+    gather = operator.itemgetter(*rows) if len(rows) > 1 else lambda c: tuple(c[j] for j in rows)
     return {
-        name: column[at] if isinstance(column, np.ndarray) else [column[j] for j in rows]
+        name: column[at] if isinstance(column, np.ndarray) else list(gather(column))
         for name, column in old.items()
     }
 

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from services.core.formulas import DEFAULT_REL_SPREAD
-from services.core.memo import TickMemo, changed_rows, read_spec_columns
+from services.core.memo import TickMemo, changed_from, changed_rows, read_spec_columns
 from services.core.model import (
     DmugConfig,
     IntentSpec,
@@ -294,6 +294,29 @@ def test_changed_rows_compares_floats_by_bits():
     assert changed_rows(4, new, old).tolist() == [False, True, False, True]
     assert changed_rows(4, {"s": ["a", "x", "c", "d"]}, old).tolist() == [False, True, False, False]
     assert changed_rows(4, {"x": [0.0] * 4}, old).all()  # list against array: all changed
+
+
+@given(
+    st.lists(st.sampled_from("abcdefgh"), unique=True, max_size=8),
+    st.lists(st.sampled_from("abcdefghij"), unique=True, max_size=10),
+)
+def test_changed_from_matches_rows_by_id_whatever_came_and_went(old_ids, new_ids):
+    """Appended ids (the submit path), dropped, moved or new ones: each new row is compared
+    with the old row of its id, and a new id is changed."""
+    value = {k: i for i, k in enumerate("abcdefghij")}
+    old = {"v": np.array([value[k] for k in old_ids], dtype=np.int64), "s": list(old_ids)}
+    new = {"v": np.array([value[k] for k in new_ids], dtype=np.int64), "s": list(new_ids)}
+    new["v"][[i for i, k in enumerate(new_ids) if k in "ae"]] += 100  # a and e changed
+    changed, _ = changed_from(len(new_ids), new, old, old_ids, new_ids)
+    expected = [k not in old_ids or k in "ae" for k in new_ids]
+    assert changed.tolist() == expected
+
+
+def test_changed_from_on_appended_ids_keeps_the_old_rows():
+    old = {"v": np.array([1, 2], dtype=np.int64), "s": ["x", "y"]}
+    new = {"v": np.array([1, 2, 3], dtype=np.int64), "s": ["x", "y", "z"]}
+    changed, src = changed_from(3, new, old, ["a", "b"], ["a", "b", "c"])
+    assert changed.tolist() == [False, False, True] and src.tolist() == [0, 1, -1]
 
 
 def _node(units: int) -> NodeState:
