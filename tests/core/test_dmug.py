@@ -137,12 +137,18 @@ def test_urgent_takes_units_only_from_work_that_may_yield(state):
                 assert d.units >= min(s.min_units, cap_of(s, state.node.cpu_units))
     if result.preemptions:
         assert any(specs[d.intent_id].workload_class == "URGENT" for d in result.decisions)
-    # a non-preemptible elastic incumbent keeps at least its minimum when the floors fit
-    floors = sum(
-        min(specs[i].min_units, cap_of(specs[i], state.node.cpu_units)) if specs[i].elastic
-        else min(d.units, cap_of(specs[i], state.node.cpu_units))
-        for i, d in state.previous.items() if d.units > 0
-    )  # fmt: skip
+
+    # a non-preemptible incumbent keeps at least its minimum when the floors fit (an elastic
+    # one floors at its minimum, a fixed-size one at what it held, raised to its minimum)
+    def floor(s: IntentSpec, held: int) -> int:
+        cap = cap_of(s, state.node.cpu_units)
+        return (
+            min(s.min_units, cap)
+            if s.elastic
+            else min(max(held, s.min_units), max(cap, s.min_units))
+        )
+
+    floors = sum(floor(specs[i], d.units) for i, d in state.previous.items() if d.units > 0)
     if floors <= state.node.cpu_units:
         for i, prev in state.previous.items():
             s = specs[i]
