@@ -1,9 +1,12 @@
 """Prometheus series of the allocator's decisions and its control loop.
 
 Per-intent gauges carry the intent's name (``intent``) and id (``intent_id``: names need not be
-unique); their series are removed when the intent leaves the plan, so a deleted intent stops
-being reported instead of freezing at its last value. RPC counters and latency come from the
-common interceptor.
+unique). They are not gauge children: a collector reads them at scrape time from the Decisions
+of the last recorded plan (``DecisionMetrics``), so an intent that leaves the plan leaves the
+scrape with it, and a tick that changes thousands of rows sets nothing. (As gauge children, about
+0.7 KB each and four to six per intent, 10,000 intents made 30 MB of small objects that
+fragmented the heap they were freed from.) RPC counters and latency come from the common
+interceptor.
 """
 
 from __future__ import annotations
@@ -11,12 +14,13 @@ from __future__ import annotations
 import itertools
 import operator
 import threading
-from collections.abc import Iterable, Mapping
+import weakref
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from prometheus_client import Counter, Gauge, Histogram
+from prometheus_client import REGISTRY, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily
 
-from services.common.memory import ShrinkWatch
 from services.core import model
 from services.core.stability import PlanChanges, plan_changes
 
@@ -30,32 +34,28 @@ STORE_SKIPPED_ROWS = Counter(
     "parfusion_store_skipped_rows_total",
     "Intent rows the store could not read at start-up and left out (logged with their id)",
 )
-UNITS = Gauge(
-    "parfusion_dmug_units", "CPU units (workers) allocated to the intent", ["intent", "intent_id"]
+# per-intent gauges (name, help), read at scrape time by _DecisionCollector
+_PLAN_SERIES = (
+    ("parfusion_dmug_units", "CPU units (workers) allocated to the intent"),
+    (
+        "parfusion_dmug_deadline_risk",
+        "Predicted probability-like risk of missing the deadline (0-1)",
+    ),
+    ("parfusion_dmug_slack_seconds", "Deadline minus predicted tail latency"),
+    ("parfusion_dmug_nmu", "Normalised marginal utility of the intent's last unit"),
 )
-RISK = Gauge(
-    "parfusion_dmug_deadline_risk",
-    "Predicted probability-like risk of missing the deadline (0-1)",
-    ["intent", "intent_id"],
+_CALIBRATION_SERIES = (
+    (
+        "parfusion_dmug_prediction_error_ratio",
+        "Last plan's predicted tail latency over the observed one, minus 1 (negative: "
+        "under-predicted)",
+    ),
+    (
+        "parfusion_dmug_latency_correction_ratio",
+        "Observed / modelled tail latency the predictor has learnt; D-MUG plans with it",
+    ),
 )
-SLACK = Gauge(
-    "parfusion_dmug_slack_seconds", "Deadline minus predicted tail latency", ["intent", "intent_id"]
-)
-NMU = Gauge(
-    "parfusion_dmug_nmu",
-    "Normalised marginal utility of the intent's last unit",
-    ["intent", "intent_id"],
-)
-PREDICTION_ERROR = Gauge(
-    "parfusion_dmug_prediction_error_ratio",
-    "Last plan's predicted tail latency over the observed one, minus 1 (negative: under-predicted)",
-    ["intent", "intent_id"],
-)
-LATENCY_CORRECTION = Gauge(
-    "parfusion_dmug_latency_correction_ratio",
-    "Observed / modelled tail latency the predictor has learnt; D-MUG plans with it",
-    ["intent", "intent_id"],
-)
+_INTENT_LABELS = ("intent", "intent_id")
 DEGRADATIONS = Counter(
     "parfusion_dmug_degradations_total",
     "Intents planned below NORMAL precision, per tick",
@@ -99,34 +99,27 @@ RESYNCS = Counter(
     ["peer", "stream"],
 )
 
-PER_INTENT = (UNITS, RISK, SLACK, NMU)
-CALIBRATION = (PREDICTION_ERROR, LATENCY_CORRECTION)  # set from telemetry, not from the plan
 _INTENT_ID = operator.attrgetter("intent_id")
 CLASSES = ("ONLINE", "BATCH", "ROBOT", "URGENT")
 
 
-# (intent, intent_id) labels, the Decision the series were set from, and the four gauges' children
-# for those labels (looking a child up by its labels costs more than setting it)
-_Series = tuple[tuple[str, str], model.Decision, tuple[Any, ...]]
-
-
 class DecisionMetrics:
-    """Publishes one tick's decisions and forgets the series of intents no longer planned.
+    """The per-intent series of the last recorded plan, read by the collector at scrape time.
 
-    A series whose Decision is the very object it was last set from (the policies keep
-    unchanged Decisions, which are frozen) under the same intent name already holds its
-    values and is not set again (setting four gauges per intent is a large part of a big
-    tick). Those rows are found by C-level passes over the rows, matched by intent id, so
-    intents coming and going cost no Python code per unchanged row.
+    ``record`` keeps each tick's Decisions and names by intent id (two C-level dict builds);
+    plan changes and flaps are counted on the rows whose Decision is not the very object of
+    the last plan or whose name changed, found by C-level passes over the rows. Prediction
+    errors and corrections come from telemetry and are kept for intents in the plan only.
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._series: dict[str, _Series] = {}  # per intent id
-        # per intent id: the Decision and the name its series were last set from
+        # per intent id in the last plan: its Decision and its name (the `intent` label)
         self._decision: dict[str, model.Decision] = {}
         self._name: dict[str, str] = {}
-        self._shrink = ShrinkWatch()  # the tables are rebuilt after a large shrink
+        # per intent id: (last prediction error, last latency correction or None)
+        self._calibration: dict[str, tuple[float, float | None]] = {}
+        _LIVE.add(self)
 
     def record(
         self,
@@ -147,46 +140,24 @@ class DecisionMetrics:
         decisions = result.decisions
         ids = list(map(_INTENT_ID, decisions))
         labels = list(map(names.get, ids, ids))
+        decision, name = dict(zip(ids, decisions, strict=True)), dict(zip(ids, labels, strict=True))
         with self._lock:
-            last, named = self._decision, self._name
-            before = list(map(last.get, ids))
-            moved = map(
-                operator.or_,
-                map(operator.is_not, decisions, before),
-                map(operator.ne, labels, map(named.get, ids)),
-            )
-            rows = list(itertools.compress(range(len(ids)), moved))
             if window:
+                before = list(map(self._decision.get, ids))
+                moved = map(
+                    operator.or_,
+                    map(operator.is_not, decisions, before),
+                    map(operator.ne, labels, map(self._name.get, ids)),
+                )
+                rows = list(itertools.compress(range(len(ids)), moved))
                 # a Decision that is the very object of the last plan is no change (see
                 # plan_changes), so the rows looked at are all the rows that can count
                 previous = {ids[k]: d for k in rows if (d := before[k]) is not None}
                 changes = plan_changes(previous, [decisions[k] for k in rows], tick, window)
                 _count_changes(changes)
-            for k in rows:
-                self._set(decisions[k], labels[k])
-            if len(self._series) > len(ids):
-                for intent_id in self._series.keys() - set(ids):
-                    self._remove(self._series.pop(intent_id)[0])
-                    del last[intent_id], named[intent_id]
-            self._compact_if_shrunk()
-
-    def _set(self, d: model.Decision, name: str) -> None:
-        key = (name, d.intent_id)
-        kept = self._series.get(d.intent_id)
-        if kept is not None and kept[0] == key:
-            children = kept[2]
-        else:
-            if kept is not None:
-                self._remove(kept[0])  # renamed: the old series goes
-            children = tuple(gauge.labels(*key) for gauge in PER_INTENT)
-        units, risk, slack, nmu = children
-        units.set(d.units)
-        risk.set(d.deadline_risk)
-        slack.set(d.slack_ms / 1000.0)
-        nmu.set(d.nmu)
-        self._series[d.intent_id] = (key, d, children)
-        self._decision[d.intent_id] = d
-        self._name[d.intent_id] = name
+            self._decision, self._name = decision, name
+            if self._calibration.keys() - decision.keys():
+                self._calibration = {i: c for i, c in self._calibration.items() if i in decision}
 
     def record_prediction_errors(
         self,
@@ -194,51 +165,66 @@ class DecisionMetrics:
         corrections: Mapping[str, Any],
     ) -> None:
         """Per intent: the last plan's prediction error and the predictor's latency correction
-        (a CalibrationState or None); removed with the intent's other series. Only intents
-        with series get these: telemetry read before an intent was deleted can arrive after
-        its series went, and a series made then would never be removed."""
+        (a CalibrationState or None; None keeps the last one). Only intents in the plan get
+        these: telemetry read before an intent was deleted can arrive after it left."""
         with self._lock:
             for intent_id, error in errors.items():
-                kept = self._series.get(intent_id)
-                if kept is None:
+                if intent_id not in self._decision:
                     continue
-                PREDICTION_ERROR.labels(*kept[0]).set(error)
                 cal = corrections.get(intent_id)
-                if cal is not None:
-                    LATENCY_CORRECTION.labels(*kept[0]).set(cal.correction)
+                kept = self._calibration.get(intent_id)
+                correction = cal.correction if cal is not None else kept[1] if kept else None
+                self._calibration[intent_id] = (error, correction)
 
     def forget(self, intent_ids: Iterable[str]) -> None:
-        ids = set(intent_ids)
-        if not ids:
-            return
+        """Drop these intents' series now (the next record would, for intents not planned);
+        the tables are built afresh by the next record."""
         with self._lock:
-            for intent_id in ids:
-                kept = self._series.pop(intent_id, None)
-                if kept is not None:
-                    self._remove(kept[0])
-                    del self._decision[intent_id], self._name[intent_id]
-            self._compact_if_shrunk()
+            for intent_id in intent_ids:
+                if self._decision.pop(intent_id, None) is not None:
+                    del self._name[intent_id]
+                    self._calibration.pop(intent_id, None)
 
-    def _compact_if_shrunk(self) -> None:
-        """After a large shrink, rebuild the per-intent tables, here and in the gauges (the
-        lock held; services/common/memory.py)."""
-        if not self._shrink.shrunk(len(self._series)):
-            return
-        self._series, self._decision = dict(self._series), dict(self._decision)
-        self._name = dict(self._name)
-        for gauge in PER_INTENT + CALIBRATION:
-            # prometheus_client keeps a metric's children in `_metrics`, guarded by `_lock`
-            # (unchanged since 0.4); it has no call that rebuilds the table
-            with gauge._lock:
-                gauge._metrics = dict(gauge._metrics)
+    def samples(self) -> tuple[list[tuple[str, str, model.Decision]], list[tuple[Any, ...]]]:
+        """(name, id, Decision) per intent in the plan; (name, id, error, correction) per
+        intent with a prediction error."""
+        with self._lock:
+            decisions, name = list(self._decision.items()), dict(self._name)
+            calibration = list(self._calibration.items())
+        rows = [(name[i], i, d) for i, d in decisions]
+        return rows, [(name[i], i, *c) for i, c in calibration if i in name]
 
-    @staticmethod
-    def _remove(key: tuple[str, str]) -> None:
-        for gauge in PER_INTENT + CALIBRATION:
-            try:
-                gauge.remove(*key)
-            except KeyError:
-                pass
+
+_LIVE: weakref.WeakSet[DecisionMetrics] = weakref.WeakSet()
+
+
+class _DecisionCollector:
+    """The per-intent gauges of every live DecisionMetrics (one per control loop)."""
+
+    def describe(self) -> list[GaugeMetricFamily]:
+        return [
+            GaugeMetricFamily(n, h, labels=_INTENT_LABELS)
+            for n, h in _PLAN_SERIES + _CALIBRATION_SERIES
+        ]
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        units, risk, slack, nmu, error, correction = self.describe()
+        for metrics in list(_LIVE):
+            rows, cal = metrics.samples()
+            for name, intent_id, d in rows:
+                labels = [name, intent_id]
+                units.add_metric(labels, d.units)
+                risk.add_metric(labels, d.deadline_risk)
+                slack.add_metric(labels, d.slack_ms / 1000.0)
+                nmu.add_metric(labels, d.nmu)
+            for name, intent_id, err, corr in cal:
+                error.add_metric([name, intent_id], err)
+                if corr is not None:
+                    correction.add_metric([name, intent_id], corr)
+        yield from (units, risk, slack, nmu, error, correction)
+
+
+REGISTRY.register(_DecisionCollector())
 
 
 def _count_changes(changes: PlanChanges) -> None:

@@ -2,7 +2,7 @@
 
 A dict or set keeps the table of its largest size when its entries are removed; each holder of
 per-intent state (the store's mirror, the loop's rows, the allocation cache, the decision
-series and their gauges, the predictor) rebuilds its tables after a large shrink
+series, the predictor) rebuilds its tables after a large shrink
 (services/common/memory.py). A table left sized for the peak is what these tests catch.
 """
 
@@ -13,7 +13,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from services.allocator import metrics
+from prometheus_client import REGISTRY
+
 from services.allocator.loop import ControlLoop, LoopConfig
 from services.allocator.store import IntentStore
 from services.common.memory import SHRINK_ENTRIES
@@ -43,14 +44,11 @@ def _tables(loop: ControlLoop, store: IntentStore) -> dict[str, Any]:
         "cache intents": cache._intent,
         "cache entries": cache._entry,
         "cache workers": cache.workers,
-        "series": series._series,
         "series decisions": series._decision,
         "series names": series._name,
         "predictor regimes": predictor._current,
         "predictor snapshot": predictor._snapshot,
     }
-    for gauge in metrics.PER_INTENT:
-        tables[f"gauge {gauge._name}"] = gauge._metrics
     return tables
 
 
@@ -76,8 +74,8 @@ def test_no_table_stays_sized_for_deleted_intents(tmp_path: Path) -> None:
         left = {name: sys.getsizeof(t) for name, t in _tables(loop, store).items()}
         assert {name: size for name, size in left.items() if size > MOST} == {}
         gone = set(ids)
-        for gauge in metrics.PER_INTENT + metrics.CALIBRATION:
-            assert not [key for key in gauge._metrics if key[1] in gone], gauge._name
+        scraped = [s for f in REGISTRY.collect() for s in f.samples]
+        assert not [s for s in scraped if s.labels.get("intent_id") in gone]
     finally:
         loop.stop()
         store.close()

@@ -1,11 +1,11 @@
-"""Per-intent decision series: set from each tick's Decisions, skipped for the very same
-Decision object, removed when the intent leaves the plan or is forgotten."""
+"""Per-intent decision series: read at scrape time from the last recorded plan's Decisions,
+gone when the intent leaves the plan or is forgotten."""
 
 from __future__ import annotations
 
 from prometheus_client import REGISTRY
 
-from services.allocator.metrics import UNITS, DecisionMetrics
+from services.allocator.metrics import DecisionMetrics
 from services.core import model
 
 
@@ -33,20 +33,14 @@ def test_series_follow_the_decisions() -> None:
     assert _units("n-m-b", "m-b") is None
 
 
-def test_the_same_decision_object_is_not_set_again_but_a_forgotten_series_is() -> None:
+def test_a_forgotten_series_comes_back_with_the_next_plan_that_holds_it() -> None:
     m = DecisionMetrics()
     a = model.Decision("m-c", 4)
     _record(m, a)
-    UNITS.labels("n-m-c", "m-c").set(-1)  # a write the skip would leave in place
-    _record(m, a)
-    assert _units("n-m-c", "m-c") == -1  # the very same Decision: not set again
-    _record(m, model.Decision("m-c", 4))
-    assert _units("n-m-c", "m-c") == 4  # an equal but new Decision is set
-    kept = m._series["m-c"][1]
     m.forget(["m-c"])
     assert _units("n-m-c", "m-c") is None
-    _record(m, kept)
-    assert _units("n-m-c", "m-c") == 4  # forgotten: the same object sets the series again
+    _record(m, a)  # the very same Decision object: the series is back
+    assert _units("n-m-c", "m-c") == 4
 
 
 def test_a_renamed_intent_moves_its_series_even_with_the_same_decision() -> None:
