@@ -214,6 +214,31 @@ def large_containers(least_bytes: int = 32 * 1024) -> dict[str, int]:
     return found
 
 
+def survivors(top: int) -> list[str]:
+    """Objects allocated since tracing began and still reachable (tracked containers and what
+    they refer to), by allocation line: how many, and how many 1 MiB address ranges they
+    sit in (a CPython arena stays mapped while one object in it lives)."""
+    seen: set[int] = set()
+    sites: dict[str, tuple[int, set[int]]] = {}
+    for container in gc.get_objects():
+        for obj in (container, *gc.get_referents(container)):
+            if id(obj) in seen:
+                continue
+            seen.add(id(obj))
+            trace = tracemalloc.get_object_traceback(obj)
+            if trace is None:
+                continue
+            site = f"{type(obj).__name__} {trace[-1].filename}:{trace[-1].lineno}"
+            count, ranges = sites.get(site, (0, set()))
+            ranges.add(id(obj) >> 20)
+            sites[site] = (count + 1, ranges)
+    every = set().union(*(r for _, r in sites.values())) if sites else set()
+    lines = [f"reachable objects allocated since the submits in {len(every)} 1 MiB ranges:"]
+    for site, (count, ranges) in sorted(sites.items(), key=lambda kv: -len(kv[1][1]))[:top]:
+        lines.append(f"  {count:6d} objects in {len(ranges):3d} ranges  {site}")
+    return lines
+
+
 def rss_by_mapping() -> dict[str, float]:
     """MB resident per kind of mapping (/proc/self/smaps): the brk heap (glibc's main arena),
     anonymous mappings (CPython's 1 MiB arenas, glibc's other arenas, thread stacks, large
@@ -235,7 +260,7 @@ def rss_mb() -> float:
     return float(psutil.Process().memory_info().rss / 2**20)
 
 
-def state(handle: Any) -> dict[str, Any]:
+def state(handle: Any, walk: bool) -> dict[str, Any]:
     gc.collect()
     containers = sized(handle.loop, "loop", depth=2)
     containers.update(sized(handle.servicer, "servicer", depth=1))
@@ -249,7 +274,8 @@ def state(handle: Any) -> dict[str, Any]:
         "threads": threading.active_count(),
         "containers": containers,
         "metric_children": metric_children(),
-        "large": large_containers(),
+        # the walk itself allocates (a path per object): only on request
+        "large": large_containers() if walk else {},
     }
 
 
@@ -295,7 +321,7 @@ def measure(running: Any, stack: Any, args: argparse.Namespace, release: Any) ->
         int(json.loads((stack.home / "run" / "launcher.json").read_text())["pids"]["nodeagent"])
     )
     time.sleep(args.settle)
-    before = state(running.handle)
+    before = state(running.handle, args.walk)
     types_before = type_counts()
     agent_before = agent.memory_info().rss / 2**20
     if args.trace:
@@ -309,11 +335,12 @@ def measure(running: Any, stack: Any, args: argparse.Namespace, release: Any) ->
     )
     print(done.stdout, end="", file=sys.stderr)
     time.sleep(args.settle)
-    after = state(running.handle)
+    after = state(running.handle, args.walk)
     types_after = type_counts()
     agent_after = agent.memory_info().rss / 2**20
     traced: list[str] = []
     if args.trace:
+        traced += survivors(args.top)
         snapshot = tracemalloc.take_snapshot().filter_traces(
             [tracemalloc.Filter(False, tracemalloc.__file__)]
         )
@@ -358,6 +385,7 @@ def main() -> None:
     parser.add_argument("--intents", type=int, default=10000)
     parser.add_argument("--settle", type=float, default=5.0, help="seconds before each reading")
     parser.add_argument("--trace", action="store_true", help="tracemalloc from the submits on")
+    parser.add_argument("--walk", action="store_true", help="find large containers by path")
     parser.add_argument("--trace-frames", type=int, default=6)
     parser.add_argument("--top", type=int, default=25, help="traced lines reported")
     parser.add_argument("--client", metavar="ADDRESS", help=argparse.SUPPRESS)
