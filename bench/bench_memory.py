@@ -2,7 +2,9 @@
 
 The allocator runs in this process, served as `main()` serves it (start_allocator: a real gRPC
 server and loop, switch interval set, a temporary PARFUSION_HOME removed after); the node agent
-(modeled backend) and gpulane run as `parfusion up --detach` starts them. A client in a
+(modeled backend) and gpulane run as `parfusion up --detach` starts them. With `--serve
+nodeagent` the node agent (start_nodeagent, modeled backend) is the one served here and the
+allocator runs as launched. A client in a
 separate process (this script with `--client`) submits N intents of bench_loop's mix through
 SubmitIntent, waits until the plan holds them, deletes every one and waits for the empty
 plan. Then, after a settle time, this process reports against its state before the submits:
@@ -20,6 +22,7 @@ blocks still alive; fragmentation (freed but not returned) shows as free bytes i
 arenas or free blocks in CPython's arenas with nothing alive behind them.
 
     .venv/bin/python bench/bench_memory.py --intents 10000 [--trace] [--settle 5]
+    .venv/bin/python bench/bench_memory.py --serve nodeagent   # the node agent instead
 """
 
 from __future__ import annotations
@@ -214,6 +217,33 @@ def large_containers(least_bytes: int = 32 * 1024) -> dict[str, int]:
     return found
 
 
+def survivors(top: int) -> list[str]:
+    """Objects allocated since tracing began and still reachable (tracked containers and what
+    they refer to), by allocation line: how many, and how many 1 MiB address ranges they
+    sit in (a CPython arena stays mapped while one object in it lives). Dicts the collector
+    does not track (only strings and numbers in them) are not reached: the traced lines below
+    still count what they hold."""
+    seen: set[int] = set()
+    sites: dict[str, tuple[int, set[int]]] = {}
+    for container in gc.get_objects():
+        for obj in (container, *gc.get_referents(container)):
+            if id(obj) in seen:
+                continue
+            seen.add(id(obj))
+            trace = tracemalloc.get_object_traceback(obj)
+            if trace is None:
+                continue
+            site = f"{type(obj).__name__} {trace[-1].filename}:{trace[-1].lineno}"
+            count, ranges = sites.get(site, (0, set()))
+            ranges.add(id(obj) >> 20)
+            sites[site] = (count + 1, ranges)
+    every = set().union(*(r for _, r in sites.values())) if sites else set()
+    lines = [f"reachable objects allocated since the submits in {len(every)} 1 MiB ranges:"]
+    for site, (count, ranges) in sorted(sites.items(), key=lambda kv: -len(kv[1][1]))[:top]:
+        lines.append(f"  {count:6d} objects in {len(ranges):3d} ranges  {site}")
+    return lines
+
+
 def rss_by_mapping() -> dict[str, float]:
     """MB resident per kind of mapping (/proc/self/smaps): the brk heap (glibc's main arena),
     anonymous mappings (CPython's 1 MiB arenas, glibc's other arenas, thread stacks, large
@@ -235,11 +265,11 @@ def rss_mb() -> float:
     return float(psutil.Process().memory_info().rss / 2**20)
 
 
-def state(handle: Any) -> dict[str, Any]:
+def state(held: dict[str, Any], walk: bool) -> dict[str, Any]:
     gc.collect()
-    containers = sized(handle.loop, "loop", depth=2)
-    containers.update(sized(handle.servicer, "servicer", depth=1))
-    containers.update(sized(handle.store, "store", depth=1))
+    containers: dict[str, int] = {}
+    for name, obj in held.items():
+        containers.update(sized(obj, name, depth=2))
     return {
         "rss_mb": rss_mb(),
         "rss_by_mapping": rss_by_mapping(),
@@ -249,7 +279,8 @@ def state(handle: Any) -> dict[str, Any]:
         "threads": threading.active_count(),
         "containers": containers,
         "metric_children": metric_children(),
-        "large": large_containers(),
+        # the walk itself allocates (a path per object): only on request
+        "large": large_containers() if walk else {},
     }
 
 
@@ -264,7 +295,6 @@ def grown(before: dict[str, int], after: dict[str, int], least: int = 1) -> dict
 def serve_and_measure(args: argparse.Namespace) -> dict[str, Any]:
     from services.allocator.server import GIL_SWITCH_INTERVAL_S, start_allocator
     from services.common.config import parse_service_args
-    from services.common.memory import release_freed_memory
     from tests.stack import start_stack
 
     with tempfile.TemporaryDirectory(prefix="parfusion-bench-memory-") as tmp:
@@ -276,32 +306,50 @@ def serve_and_measure(args: argparse.Namespace) -> dict[str, Any]:
             "PARFUSION_LOG_LEVEL": "WARNING",
             "PARFUSION_ALLOCATOR_MAX_INTENTS": str(args.intents + 100),
         }
-        stack = start_stack(home, PEERS, extra)
+        others = ("allocator", "gpulane") if args.serve == "nodeagent" else PEERS
+        stack = start_stack(home, others, extra)
         try:
             os.environ.update(stack.env)
+            launched = json.loads((home / "run" / "launcher.json").read_text())["pids"]
+            if args.serve == "nodeagent":  # the allocator (another process) finds it on its port
+                from services.nodeagent.server import start_nodeagent
+
+                settings, _ = parse_service_args("nodeagent", [])
+                agent = start_nodeagent(settings, port=settings.port)
+                held = {"servicer": agent.servicer, "backend": agent.backend}
+                other = psutil.Process(int(launched["allocator"]))
+                try:
+                    return measure(held, stack.address("allocator"), other, args)
+                finally:
+                    agent.stop(grace=1.0)
             settings, _ = parse_service_args("allocator", [])
             sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
             running = start_allocator(settings, metrics_port=0)
+            held = {"loop": running.handle.loop, "servicer": running.handle.servicer}
+            other = psutil.Process(int(launched["nodeagent"]))
             try:
-                return measure(running, stack, args, release_freed_memory)
+                return measure(held, running.address, other, args)
             finally:
                 running.stop(grace=1.0)
         finally:
             stack.close()
 
 
-def measure(running: Any, stack: Any, args: argparse.Namespace, release: Any) -> dict[str, Any]:
-    agent = psutil.Process(
-        int(json.loads((stack.home / "run" / "launcher.json").read_text())["pids"]["nodeagent"])
-    )
+def measure(
+    held: dict[str, Any], address: str, other: psutil.Process, args: argparse.Namespace
+) -> dict[str, Any]:
+    """The reading before the client's submits and deletes and after them; `held`: the served
+    objects whose containers are sized, `other`: the other service's process (its RSS)."""
+    from services.common.memory import release_freed_memory
+
     time.sleep(args.settle)
-    before = state(running.handle)
+    before = state(held, args.walk)
     types_before = type_counts()
-    agent_before = agent.memory_info().rss / 2**20
+    other_before = other.memory_info().rss / 2**20
     if args.trace:
         tracemalloc.start(args.trace_frames)
     done = subprocess.run(
-        [sys.executable, __file__, "--client", running.address, "--intents", str(args.intents)],
+        [sys.executable, __file__, "--client", address, "--intents", str(args.intents)],
         cwd=ROOT,
         check=True,
         capture_output=True,
@@ -309,11 +357,12 @@ def measure(running: Any, stack: Any, args: argparse.Namespace, release: Any) ->
     )
     print(done.stdout, end="", file=sys.stderr)
     time.sleep(args.settle)
-    after = state(running.handle)
+    after = state(held, args.walk)
     types_after = type_counts()
-    agent_after = agent.memory_info().rss / 2**20
+    other_after = other.memory_info().rss / 2**20
     traced: list[str] = []
     if args.trace:
+        traced += survivors(args.top)
         snapshot = tracemalloc.take_snapshot().filter_traces(
             [tracemalloc.Filter(False, tracemalloc.__file__)]
         )
@@ -329,7 +378,7 @@ def measure(running: Any, stack: Any, args: argparse.Namespace, release: Any) ->
             traced.append("\n".join(lines))
         del snapshot
     trimmed = {
-        "released": release(),
+        "released": release_freed_memory(),
         "rss_mb": rss_mb(),
         "rss_by_mapping": rss_by_mapping(),
         "glibc": glibc_heap(),
@@ -339,7 +388,7 @@ def measure(running: Any, stack: Any, args: argparse.Namespace, release: Any) ->
         "intents": args.intents,
         "rss_mb": {"before": before["rss_mb"], "after": after["rss_mb"]},
         "rss_by_mapping": {"before": before["rss_by_mapping"], "after": after["rss_by_mapping"]},
-        "agent_rss_mb": {"before": agent_before, "after": agent_after},
+        "other_rss_mb": {"before": other_before, "after": other_after},
         "glibc": {"before": before["glibc"], "after": after["glibc"]},
         "pymalloc": {"before": before["pymalloc"], "after": after["pymalloc"]},
         "objects": {"before": before["objects"], "after": after["objects"]},
@@ -356,8 +405,12 @@ def measure(running: Any, stack: Any, args: argparse.Namespace, release: Any) ->
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--intents", type=int, default=10000)
+    parser.add_argument(
+        "--serve", default="allocator", choices=("allocator", "nodeagent"), help="served here"
+    )
     parser.add_argument("--settle", type=float, default=5.0, help="seconds before each reading")
     parser.add_argument("--trace", action="store_true", help="tracemalloc from the submits on")
+    parser.add_argument("--walk", action="store_true", help="find large containers by path")
     parser.add_argument("--trace-frames", type=int, default=6)
     parser.add_argument("--top", type=int, default=25, help="traced lines reported")
     parser.add_argument("--client", metavar="ADDRESS", help=argparse.SUPPRESS)
