@@ -244,6 +244,36 @@ def survivors(top: int) -> list[str]:
     return lines
 
 
+class Collections:
+    """Garbage collections while installed (gc.callbacks): per generation, how many, and the
+    total and longest pause in ms (the collector holds the interpreter lock throughout)."""
+
+    def __init__(self) -> None:
+        self.pauses: dict[int, list[float]] = {0: [], 1: [], 2: []}
+        self.full_at: list[str] = []  # seconds since installed: ms, of each oldest-generation one
+        self._installed = time.perf_counter()
+        self._started = 0.0
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+        else:
+            ms = (time.perf_counter() - self._started) * 1e3
+            self.pauses[info["generation"]].append(ms)
+            if info["generation"] == 2:
+                self.full_at.append(f"{self._started - self._installed:.1f} s: {ms:.0f} ms")
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            **{
+                f"gen{g}": f"{len(p)} collections, {sum(p):.0f} ms in all, longest {max(p):.1f} ms"
+                for g, p in self.pauses.items()
+                if p
+            },
+            "gen2_at": self.full_at,
+        }
+
+
 def rss_by_mapping() -> dict[str, float]:
     """MB resident per kind of mapping (/proc/self/smaps): the brk heap (glibc's main arena),
     anonymous mappings (CPython's 1 MiB arenas, glibc's other arenas, thread stacks, large
@@ -348,6 +378,8 @@ def measure(
     other_before = other.memory_info().rss / 2**20
     if args.trace:
         tracemalloc.start(args.trace_frames)
+    collections = Collections()
+    gc.callbacks.append(collections)
     done = subprocess.run(
         [sys.executable, __file__, "--client", address, "--intents", str(args.intents)],
         cwd=ROOT,
@@ -355,6 +387,7 @@ def measure(
         capture_output=True,
         text=True,
     )
+    gc.callbacks.remove(collections)
     print(done.stdout, end="", file=sys.stderr)
     time.sleep(args.settle)
     after = state(held, args.walk)
@@ -392,6 +425,7 @@ def measure(
         "glibc": {"before": before["glibc"], "after": after["glibc"]},
         "pymalloc": {"before": before["pymalloc"], "after": after["pymalloc"]},
         "objects": {"before": before["objects"], "after": after["objects"]},
+        "collections_during_client": collections.summary(),
         "threads": {"before": before["threads"], "after": after["threads"]},
         "types_grown": grown(types_before, types_after, least=50),
         "containers_grown": grown(before["containers"], after["containers"]),

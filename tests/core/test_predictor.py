@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import sys
 
 import numpy as np
@@ -126,6 +127,17 @@ def test_compact_after_forgetting_most_intents_keeps_the_rest_and_frees_the_tabl
     small = sys.getsizeof(dict.fromkeys(range(8)))
     assert max(sys.getsizeof(p._current), sys.getsizeof(p._snapshot)) <= small < peak
     assert p.snapshot() == kept  # the very same stats objects, nothing forgotten comes back
+
+
+def test_an_intents_statistics_give_the_garbage_collector_few_objects_to_walk():
+    p = Predictor()
+    p.observe_many("a", [10.0 + k % 7 for k in range(40)], units=2)
+    regime = p._current["a"]
+    gc.collect()  # tuples of numbers are untracked by the first collection that sees them
+    held = [o for o in gc.get_referents(regime.p95, regime.p99) if not isinstance(o, type)]
+    tracked = [o for o in held if gc.is_tracked(o)]
+    assert len(tracked) == 2  # one list of markers per estimator
+    assert regime.p99.increments is P2Quantile(0.99).increments  # one per quantile, shared
 
 
 @settings(max_examples=40, deadline=None)
