@@ -17,11 +17,13 @@ import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
-from prometheus_client import REGISTRY, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
+from services.common.grpc_server import TEXT_SECTIONS
 from services.common.memory import ShrinkWatch
 from services.core import model
 from services.core.stability import PlanChanges, plan_changes
@@ -217,25 +219,20 @@ class DecisionMetrics:
             self._decision, self._name = dict(self._decision), dict(self._name)
             self._error, self._correction = dict(self._error), dict(self._correction)
 
-    def families(self) -> list[GaugeMetricFamily]:
-        """The per-intent gauges as they stand (called at scrape time)."""
-        with self._lock:  # copies at C speed; the families are built outside the lock
+    def series(self) -> list[tuple[str, str, list[tuple[str, str, float]]]]:
+        """The per-intent gauges as they stand: (metric, help, [(name, intent id, value)])."""
+        with self._lock:  # copies at C speed; the rows are built outside the lock
             decisions, names = dict(self._decision), dict(self._name)
             errors, corrections = dict(self._error), dict(self._correction)
         out = []
         for metric, doc, value in _FROM_DECISION:
-            family = GaugeMetricFamily(metric, doc, labels=_LABELS)
-            for intent_id, d in decisions.items():
-                family.add_metric([names.get(intent_id, intent_id), intent_id], value(d))
-            out.append(family)
+            rows = [(names.get(i, i), i, value(d)) for i, d in decisions.items()]
+            out.append((metric, doc, rows))
         for (metric, doc), table in (
             (_PREDICTION_ERROR, errors),
             (_LATENCY_CORRECTION, corrections),
         ):
-            family = GaugeMetricFamily(metric, doc, labels=_LABELS)
-            for intent_id, (name, v) in table.items():
-                family.add_metric([name, intent_id], v)
-            out.append(family)
+            out.append((metric, doc, [(name, i, v) for i, (name, v) in table.items()]))
         return out
 
 
@@ -250,17 +247,55 @@ class _PerIntentCollector(Collector):
         return [GaugeMetricFamily(m, doc, labels=_LABELS) for m, doc in names]
 
     def collect(self) -> Iterator[Metric]:
-        merged: dict[str, Metric] = {}
-        for metrics in list(_LIVE):
-            for family in metrics.families():
-                kept = merged.setdefault(family.name, family)
-                if kept is not family:
-                    kept.samples.extend(family.samples)
-        yield from merged.values()
+        for metric, doc, rows in _merged_series():
+            family = GaugeMetricFamily(metric, doc, labels=_LABELS)
+            for name, intent_id, value in rows:
+                family.add_metric([name, intent_id], value)
+            yield family
+
+
+def _label_value(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _merged_series() -> list[tuple[str, str, list[tuple[str, str, float]]]]:
+    merged: dict[str, tuple[str, str, list[tuple[str, str, float]]]] = {}
+    for metrics in list(_LIVE):
+        for metric, doc, rows in metrics.series():
+            kept = merged.setdefault(metric, (metric, doc, rows))
+            if kept[2] is not rows:
+                kept[2].extend(rows)
+    return list(merged.values())
+
+
+def per_intent_text() -> bytes:
+    """The per-intent gauges of every live loop in Prometheus' text format, as
+    generate_latest(PER_INTENT) writes them, at a fraction of its cost: each intent's label
+    pair is escaped once for all six metrics (a scrape at 10,000 intents holds the interpreter
+    lock for the whole of it)."""
+    pairs: dict[tuple[str, str], str] = {}
+    out: list[str] = []
+    for metric, doc, rows in _merged_series():
+        out.append(f"# HELP {metric} {_help_text(doc)}\n# TYPE {metric} gauge\n")
+        for name, intent_id, value in rows:
+            pair = pairs.get((name, intent_id))
+            if pair is None:
+                pair = f'intent="{_label_value(name)}",intent_id="{_label_value(intent_id)}"'
+                pairs[name, intent_id] = pair
+            out.append(f"{metric}{{{pair}}} {floatToGoString(value)}\n")
+    return "".join(out).encode()
+
+
+def _help_text(doc: str) -> str:
+    return doc.replace("\\", "\\\\").replace("\n", "\\n")
 
 
 _LIVE: weakref.WeakSet[DecisionMetrics] = weakref.WeakSet()
-REGISTRY.register(_PerIntentCollector())
+# The per-intent series, readable in process (get_sample_value) from their own registry; the
+# metrics endpoint writes them with per_intent_text, after the default registry's
+PER_INTENT = CollectorRegistry(auto_describe=True)
+PER_INTENT.register(_PerIntentCollector())
+TEXT_SECTIONS.append(per_intent_text)
 
 
 def _count_changes(changes: PlanChanges) -> None:

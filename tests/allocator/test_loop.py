@@ -19,6 +19,7 @@ from prometheus_client import REGISTRY
 
 from parfusion.v1 import nodeagent_pb2_grpc, telemetry_pb2
 from services.allocator.loop import ControlLoop, LoopConfig
+from services.allocator.metrics import PER_INTENT
 from services.allocator.store import IntentStore
 from services.allocator.watch import END
 from services.common.errors import InvalidArgument
@@ -148,14 +149,16 @@ def test_submit_and_delete_invalidate_the_cache_and_metric_series(store: IntentS
     plan = loop.tick().node_plan  # type: ignore[union-attr]
     assert [a.intent_id for a in plan.allocations] == [web]
     labels = {"intent": "web-m", "intent_id": web}
-    assert REGISTRY.get_sample_value("parfusion_dmug_units", labels) == plan.allocations[0].workers
+    assert (
+        PER_INTENT.get_sample_value("parfusion_dmug_units", labels) == plan.allocations[0].workers
+    )
     assert (
         REGISTRY.get_sample_value("parfusion_allocator_intents", {"workload_class": "ONLINE"}) == 1
     )
     store.delete(web)
     assert loop.tick().node_plan.allocations == []  # type: ignore[union-attr]
-    assert REGISTRY.get_sample_value("parfusion_dmug_units", labels) is None
-    assert REGISTRY.get_sample_value("parfusion_dmug_slack_seconds", labels) is None
+    assert PER_INTENT.get_sample_value("parfusion_dmug_units", labels) is None
+    assert PER_INTENT.get_sample_value("parfusion_dmug_slack_seconds", labels) is None
     assert loop.allocation(web) is None
 
 

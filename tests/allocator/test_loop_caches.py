@@ -10,10 +10,10 @@ from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from prometheus_client import REGISTRY
 
 from services.allocator import plans
 from services.allocator.loop import ControlLoop, LoopConfig
+from services.allocator.metrics import PER_INTENT
 from services.allocator.store import IntentStore
 from services.core import convert
 from services.core.validation import normalize_intent
@@ -85,7 +85,7 @@ def _check(loop: ControlLoop, plan, store: IntentStore) -> None:
     # the gauges: one series per planned intent, holding its Decision's values
     for d in decisions:
         labels = {"intent": intents[d.intent_id].name, "intent_id": d.intent_id}
-        assert REGISTRY.get_sample_value("parfusion_dmug_units", labels) == d.units
-        assert REGISTRY.get_sample_value("parfusion_dmug_nmu", labels) == d.nmu
+        assert PER_INTENT.get_sample_value("parfusion_dmug_units", labels) == d.units
+        assert PER_INTENT.get_sample_value("parfusion_dmug_nmu", labels) == d.nmu
     for k, d in enumerate(decisions):
         assert loop.allocation(d.intent_id) == plan.allocations[k]

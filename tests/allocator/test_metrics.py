@@ -3,14 +3,16 @@ when the intent leaves the plan, is forgotten, or its loop stops."""
 
 from __future__ import annotations
 
-from prometheus_client import REGISTRY
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from prometheus_client import generate_latest
 
-from services.allocator.metrics import DecisionMetrics
+from services.allocator.metrics import PER_INTENT, DecisionMetrics, per_intent_text
 from services.core import model
 
 
 def _units(name: str, intent_id: str) -> float | None:
-    return REGISTRY.get_sample_value(
+    return PER_INTENT.get_sample_value(
         "parfusion_dmug_units", {"intent": name, "intent_id": intent_id}
     )
 
@@ -54,12 +56,12 @@ def test_calibration_series_go_with_the_intent_and_a_closed_loop_reports_nothing
     m.record_prediction_errors({"m-k": -0.1, "gone": 0.5}, {"m-k": Cal(), "gone": Cal()})
     labels = {"intent": "n-m-k", "intent_id": "m-k"}
     error = "parfusion_dmug_prediction_error_ratio"
-    assert REGISTRY.get_sample_value(error, labels) == -0.1
-    assert REGISTRY.get_sample_value("parfusion_dmug_latency_correction_ratio", labels) == 1.25
-    assert REGISTRY.get_sample_value(error, {"intent": "gone", "intent_id": "gone"}) is None
+    assert PER_INTENT.get_sample_value(error, labels) == -0.1
+    assert PER_INTENT.get_sample_value("parfusion_dmug_latency_correction_ratio", labels) == 1.25
+    assert PER_INTENT.get_sample_value(error, {"intent": "gone", "intent_id": "gone"}) is None
     _record(m)  # m-k left the plan
-    assert REGISTRY.get_sample_value(error, labels) is None
-    assert REGISTRY.get_sample_value("parfusion_dmug_latency_correction_ratio", labels) is None
+    assert PER_INTENT.get_sample_value(error, labels) is None
+    assert PER_INTENT.get_sample_value("parfusion_dmug_latency_correction_ratio", labels) is None
     _record(m, model.Decision("m-k", 2))
     assert _units("n-m-k", "m-k") == 2
     m.close()
@@ -81,7 +83,7 @@ def test_a_renamed_intent_moves_its_series_even_with_the_same_decision() -> None
 
 
 def _error(name: str, intent_id: str) -> float | None:
-    return REGISTRY.get_sample_value(
+    return PER_INTENT.get_sample_value(
         "parfusion_dmug_prediction_error_ratio", {"intent": name, "intent_id": intent_id}
     )
 
@@ -97,3 +99,30 @@ def test_prediction_errors_of_an_intent_already_forgotten_make_no_series() -> No
     m.record_prediction_errors({"m-e": 0.25, "m-f": 0.1}, {})
     assert _error("n-m-e", "m-e") is None and _error("n-m-f", "m-f") is None
     assert _error("m-f", "m-f") is None
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.text(max_size=12),  # names are free text: quotes, backslashes, newlines
+            st.floats(allow_nan=True, allow_infinity=True),
+        ),
+        max_size=6,
+    )
+)
+def test_the_fast_text_is_what_prometheus_client_writes(rows: list[tuple[str, float]]) -> None:
+    class Cal:
+        correction = 0.5
+
+    m = DecisionMetrics()
+    try:
+        decisions = [
+            model.Decision(f"t-{k}", k, slack_ms=v, nmu=-v) for k, (_, v) in enumerate(rows)
+        ]
+        names = {f"t-{k}": name for k, (name, _) in enumerate(rows)}
+        m.record(model.PlanResult(policy="parfusion", decisions=tuple(decisions)), names, 0.0)
+        m.record_prediction_errors({d.intent_id: d.slack_ms for d in decisions[:2]}, {"t-0": Cal()})
+        assert per_intent_text() == generate_latest(PER_INTENT)
+    finally:
+        m.close()

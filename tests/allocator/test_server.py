@@ -15,9 +15,9 @@ from pathlib import Path
 
 import grpc
 import pytest
-from prometheus_client import REGISTRY
 
 from parfusion.v1 import allocator_pb2, allocator_pb2_grpc, intent_pb2, telemetry_pb2
+from services.allocator.metrics import PER_INTENT
 from services.allocator.server import RunningAllocator
 from tests.allocator.conftest import batch_intent, online_intent
 from tests.conftest import ROOT, free_port
@@ -248,11 +248,11 @@ def test_delete_removes_metric_series(start: Start, stub_for: StubFor) -> None:
     web = _submit(stub, online_intent("metric-web")).intent
     running.handle.loop.tick()
     labels = {"intent": "metric-web", "intent_id": web.id}
-    assert REGISTRY.get_sample_value("parfusion_dmug_units", labels) is not None
+    assert PER_INTENT.get_sample_value("parfusion_dmug_units", labels) is not None
     stub.DeleteIntent(allocator_pb2.DeleteIntentRequest(id=web.id), timeout=5)
-    assert REGISTRY.get_sample_value("parfusion_dmug_units", labels) is None
+    assert PER_INTENT.get_sample_value("parfusion_dmug_units", labels) is None
     running.handle.loop.tick()
-    assert REGISTRY.get_sample_value("parfusion_dmug_units", labels) is None
+    assert PER_INTENT.get_sample_value("parfusion_dmug_units", labels) is None
 
 
 def test_demo_intents_seed_an_empty_store_once(start: Start, stub_for: StubFor) -> None:
