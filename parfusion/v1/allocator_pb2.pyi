@@ -64,22 +64,28 @@ class DeleteIntentResponse(_message.Message):
     def __init__(self, deleted: _Optional[bool] = ...) -> None: ...
 
 class GetPlanRequest(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("known_generation",)
+    KNOWN_GENERATION_FIELD_NUMBER: _ClassVar[int]
+    known_generation: int
+    def __init__(self, known_generation: _Optional[int] = ...) -> None: ...
 
 class GetPlanResponse(_message.Message):
-    __slots__ = ("node_plan", "gpu_plan", "node_stale", "last_telemetry_at", "policy")
+    __slots__ = ("node_plan", "gpu_plan", "node_stale", "last_telemetry_at", "policy", "generation", "unchanged")
     NODE_PLAN_FIELD_NUMBER: _ClassVar[int]
     GPU_PLAN_FIELD_NUMBER: _ClassVar[int]
     NODE_STALE_FIELD_NUMBER: _ClassVar[int]
     LAST_TELEMETRY_AT_FIELD_NUMBER: _ClassVar[int]
     POLICY_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    UNCHANGED_FIELD_NUMBER: _ClassVar[int]
     node_plan: _intent_pb2.NodePlan
     gpu_plan: _intent_pb2.GpuPlan
     node_stale: bool
     last_telemetry_at: _timestamp_pb2.Timestamp
     policy: str
-    def __init__(self, node_plan: _Optional[_Union[_intent_pb2.NodePlan, _Mapping]] = ..., gpu_plan: _Optional[_Union[_intent_pb2.GpuPlan, _Mapping]] = ..., node_stale: _Optional[bool] = ..., last_telemetry_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., policy: _Optional[str] = ...) -> None: ...
+    generation: int
+    unchanged: bool
+    def __init__(self, node_plan: _Optional[_Union[_intent_pb2.NodePlan, _Mapping]] = ..., gpu_plan: _Optional[_Union[_intent_pb2.GpuPlan, _Mapping]] = ..., node_stale: _Optional[bool] = ..., last_telemetry_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., policy: _Optional[str] = ..., generation: _Optional[int] = ..., unchanged: _Optional[bool] = ...) -> None: ...
 
 class WatchPlansRequest(_message.Message):
     __slots__ = ("include_current",)

@@ -127,12 +127,19 @@ class AllocatorServicer(allocator_pb2_grpc.AllocatorServiceServicer):
     def GetPlan(self, request: Any, context: Any) -> Any:  # noqa: N802
         # bytes: the plans as serialized once per tick (PlanSnapshot.wire), then this call's own
         # fields; serialize_reply passes them through
+        current = self.loop.current()
         reply = allocator_pb2.GetPlanResponse(policy=self.loop.policy_name)
         stale, last_at = self.loop.node_status()
         reply.node_stale = stale
         if last_at is not None:
             reply.last_telemetry_at.CopyFrom(last_at)
-        return self._plan_replies.reply(self.loop.current(), reply.SerializeToString())
+        if current is None:
+            return reply.SerializeToString()
+        reply.generation = current.generation
+        if request.known_generation == current.generation:
+            reply.unchanged = True  # the caller holds this plan: only the small fields
+            return reply.SerializeToString()
+        return self._plan_replies.reply(current, reply.SerializeToString())
 
     async def WatchPlans(self, request: Any, context: Any) -> AsyncIterator[Any]:  # noqa: N802
         sub = self.loop.feed.subscribe(self.watch_queue)

@@ -133,6 +133,27 @@ def test_get_plan_staleness_and_telemetry_push(start: Start, stub_for: StubFor) 
     assert plan.gpu_plan.generation == 1 and plan.policy == plan.node_plan.policy
 
 
+def test_get_plan_with_the_generation_held_answers_unchanged_without_plans(
+    start: Start, stub_for: StubFor
+) -> None:
+    running = start()
+    stub = stub_for(running.address)
+    assert stub.GetPlan(allocator_pb2.GetPlanRequest(known_generation=1), timeout=5).generation == 0
+    _submit(stub, online_intent())
+    running.handle.loop.tick()
+    first = stub.GetPlan(allocator_pb2.GetPlanRequest(), timeout=5)
+    assert first.generation == first.node_plan.generation >= 1 and not first.unchanged
+    held = allocator_pb2.GetPlanRequest(known_generation=first.generation)
+    same = stub.GetPlan(held, timeout=5)
+    assert same.unchanged and same.generation == first.generation
+    assert not same.HasField("node_plan") and not same.HasField("gpu_plan")
+    assert same.policy == first.policy and same.node_stale == first.node_stale
+    running.handle.loop.tick()
+    newer = stub.GetPlan(held, timeout=5)  # a new plan since: sent whole
+    assert not newer.unchanged and newer.generation == newer.node_plan.generation > first.generation
+    assert len(newer.node_plan.allocations) == 1
+
+
 def test_watch_plans_current_first_then_new_and_clean_end(start: Start, stub_for: StubFor) -> None:
     running = start()
     stub = stub_for(running.address)
