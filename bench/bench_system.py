@@ -13,7 +13,8 @@ services' memory again. Reported, per size:
   and the period between plans as the WatchPlans streams saw them (created_at), p50 / p99;
 - stale: plans of the window that said node_stale;
 - RPC latency p50 / p99 of SubmitIntent and GetPlan (its reply taken as bytes, unparsed),
-  calls made / failed;
+  calls made / failed; with `--get-plan conditional` every GetPlan names the generation of the
+  last reply (`known_generation`), as a poller would, and gets the plans only when they changed;
 - WatchPlans: plans received per stream against ticks made, generations skipped;
 - bytes per tick on each link (allocator <-> nodeagent, allocator <-> gpulane, from
   parfusion_allocator_peer_bytes_total; WatchPlans from the messages received);
@@ -80,6 +81,28 @@ class Watch:
     """One WatchPlans stream's view: (generation, created_at s, node_stale, bytes) per plan."""
 
     plans: list[tuple[int, float, bool, int]] = field(default_factory=list)
+
+
+def _generation_only() -> Any:
+    """A message class with only GetPlanResponse.generation: parsing a reply into it skips the
+    plans (kept as unknown bytes) instead of building 10,000 allocations in this client."""
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+    file = descriptor_pb2.FileDescriptorProto(name="bench_generation.proto", package="bench")
+    message = file.message_type.add(name="Generation")
+    number = allocator_pb2.GetPlanResponse.DESCRIPTOR.fields_by_name["generation"].number
+    message.field.add(
+        name="generation",
+        number=number,
+        type=descriptor_pb2.FieldDescriptorProto.TYPE_UINT64,
+        label=descriptor_pb2.FieldDescriptorProto.LABEL_OPTIONAL,
+    )
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(file)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName("bench.Generation"))
+
+
+_GENERATION = _generation_only()
 
 
 def quantile(values: list[float], q: float) -> float:
@@ -234,10 +257,21 @@ def measure(stack: Any, home: Path, intents: list[Any], args: argparse.Namespace
         response_deserializer=None,
     )
 
+    held = [0]  # --get-plan conditional: the generation of the last reply
+
     def get_plan(_: int) -> tuple[float, Any]:
         t0 = time.perf_counter()
-        future = get_plan_raw.future(allocator_pb2.GetPlanRequest(), timeout=10)
-        future.add_done_callback(lambda f, t0=t0: plans.done(t0, f))
+        request = allocator_pb2.GetPlanRequest()
+        if args.get_plan == "conditional":
+            request.known_generation = held[0]
+        future = get_plan_raw.future(request, timeout=10)
+
+        def done(f: Any, t0: float = t0) -> None:
+            plans.done(t0, f)
+            if args.get_plan == "conditional" and f.exception() is None:
+                held[0] = max(held[0], _GENERATION.FromString(f.result()).generation)
+
+        future.add_done_callback(done)
         return t0, future
 
     drivers = [
@@ -308,6 +342,7 @@ def measure(stack: Any, home: Path, intents: list[Any], args: argparse.Namespace
         "watch_bytes_per_plan": statistics.fmean(p[3] for p in window_plans) if window_plans else 0,
         "submit": latency_row(submits),
         "get_plan": latency_row(plans),
+        "get_plan_mode": args.get_plan,
         "bytes_per_tick": {
             f"{peer}_{direction}": per_tick(peer, direction)
             for peer in PEERS
@@ -381,6 +416,13 @@ def main() -> None:
     parser.add_argument("--watchers", type=int, default=2, help="WatchPlans streams")
     parser.add_argument("--settle", type=float, default=3.0, help="seconds after loading")
     parser.add_argument("--backend", default="modeled", choices=("modeled", "real"))
+    parser.add_argument(
+        "--get-plan",
+        default="full",
+        choices=("full", "conditional"),
+        help="full: every GetPlan fetches the plans; conditional: each names the generation "
+        "of the last reply (known_generation) and gets the plans only when they changed",
+    )
     parser.add_argument("--json", type=Path, help="write the rows here too")
     args = parser.parse_args()
     rows = []
