@@ -55,22 +55,10 @@ import grpc  # noqa: E402
 import psutil  # noqa: E402
 
 from bench.bench_loop import make_intent  # noqa: E402
+from bench.bench_system import PEERS, wait_for_plan  # noqa: E402
 from parfusion.v1 import allocator_pb2, allocator_pb2_grpc  # noqa: E402
 
-PEERS = ("nodeagent", "gpulane")
-
-
 # --- the client (its own process) ------------------------------------------------------------
-
-
-def wait_for_plan(stub: Any, size: int, timeout_s: float = 600.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        reply = stub.GetPlan(allocator_pb2.GetPlanRequest(), timeout=30)
-        if len(reply.node_plan.allocations) == size:
-            return
-        time.sleep(0.5)
-    raise TimeoutError(f"the plan never held {size} allocations")
 
 
 def client(address: str, n: int, settle: float) -> None:

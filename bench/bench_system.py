@@ -180,7 +180,8 @@ def rss_mb(procs: dict[str, psutil.Process]) -> dict[str, float]:
 def wait_for_plan(stub: Any, size: int, timeout_s: float = 600.0) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        reply = stub.GetPlan(allocator_pb2.GetPlanRequest(), timeout=10)
+        # a whole plan of 10,000 allocations, on a busy machine: a generous call timeout
+        reply = stub.GetPlan(allocator_pb2.GetPlanRequest(), timeout=30)
         if len(reply.node_plan.allocations) == size:
             return
         time.sleep(0.5)

@@ -62,14 +62,14 @@ class ReplyCache:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._key: tuple[PlanSnapshot | None, bytes] | None = None
+        self._key: tuple[PlanSnapshot, bytes] | None = None
         self._reply = b""
 
-    def reply(self, snapshot: PlanSnapshot | None, own: bytes) -> bytes:
+    def reply(self, snapshot: PlanSnapshot, own: bytes) -> bytes:
         with self._lock:
             if self._key is not None and self._key[0] is snapshot and self._key[1] == own:
                 return self._reply
-        reply = own if snapshot is None else snapshot.wire + own
+        reply = snapshot.wire + own
         with self._lock:
             self._key, self._reply = (snapshot, own), reply
         return reply

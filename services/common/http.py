@@ -268,7 +268,8 @@ class ConnectionLimits:
 
 
 class HeaderBlockTooLarge(ValueError):
-    """Raised inside the parser's callbacks: httptools turns it into a parse error (400)."""
+    """Raised inside the parser's callbacks: httptools turns it into a parse error, which the
+    guarded protocol answers with 431."""
 
 
 def guarded_protocol(limits: ConnectionLimits) -> type[asyncio.Protocol]:
