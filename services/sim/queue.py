@@ -85,6 +85,9 @@ class RequestQueue:
             expired = int(np.searchsorted(a, t1 - timeout_s, side="left"))
             self._keep_from(expired)
             self.dropped += expired
+            # No worker ran in this step: what waits starts at t1 at the earliest, not back
+            # at its arrival once the pool has units again.
+            self._busy_until = max(self._busy_until, t1)
             return StepOutcome(EMPTY, EMPTY, EMPTY, expired)
         s = w * mean_service_s
         before = np.concatenate(([0.0], np.cumsum(s)[:-1]))

@@ -129,6 +129,19 @@ def test_vectorised_queue_matches_the_exact_fifo(mean_service):
     assert out.dropped == dropped and q.queued == left
 
 
+def test_requests_waiting_through_a_step_without_workers_start_after_it():
+    # Arrivals in [0, 0.25) while the pool has no units; units from 0.25 on: nothing may
+    # start before 0.25, so every latency is at least the wait to 0.25 plus the service.
+    q = RequestQueue(np.random.default_rng(0), sigma=0.0)
+    q.arrive(0.0, 0.25, 20.0, periodic=True)
+    assert q.serve(0.25, math.inf, timeout_s=10.0).latency_ms.size == 0
+    out = q.serve(0.5, 0.01, timeout_s=10.0)
+    assert out.latency_ms.size == 5
+    starts = out.arrival_s + (out.latency_ms - out.service_ms) / 1000.0
+    assert starts.min() >= 0.25 - 1e-12
+    assert out.latency_ms[0] == pytest.approx(260.0)
+
+
 def test_periodic_arrivals_keep_their_period_across_steps():
     q = RequestQueue(np.random.default_rng(0), sigma=0.0)
     for k in range(8):
