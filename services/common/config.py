@@ -125,7 +125,11 @@ class ServiceSettings:
 
     def get_int(self, key: str, default: int = 0) -> int:
         value = self.section.get(key, default)
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or (isinstance(value, float) and not value.is_integer())
+        ):
             raise ConfigError(f"{self.service}.{key}: expected an integer, got {value!r}")
         return int(value)
 

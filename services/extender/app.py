@@ -26,7 +26,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from services.common.config import ServiceSettings, parse_service_args
+from services.common.config import ConfigError, ServiceSettings, parse_service_args
 from services.common.http import (
     HttpError,
     PostEndpoints,
@@ -47,16 +47,22 @@ from .nodestates import NodeStateCache
 from .nodeview import ClusterView
 from .protocol import ProtocolError
 from .samples import sample_node_objects
-from .scoring import ScoringConfig
+from .scoring import DEFAULT_SHORTLIST, ScoringConfig
 from .telemetry import TelemetryPoller, TelemetrySource
 from .verbs import Extender
 
 log = logging.getLogger(__name__)
 
+MAX_SHORTLIST = 100_000  # kube-scheduler sends at most every node; more would mean every one
+
 
 def build_extender(settings: ServiceSettings) -> Extender:
+    shortlist = settings.get_int("shortlist_nodes", DEFAULT_SHORTLIST)
+    if not 0 <= shortlist <= MAX_SHORTLIST:
+        raise ConfigError(f"extender.shortlist_nodes: expected 0..{MAX_SHORTLIST}, got {shortlist}")
     config = ScoringConfig(
-        dmug=DmugConfig(risk_threshold=settings.get_float("risk_threshold", 0.5))
+        dmug=DmugConfig(risk_threshold=settings.get_float("risk_threshold", 0.5)),
+        shortlist=shortlist,
     )
     view = ClusterView(dmug=config.dmug)
     if settings.get_bool("sample_nodes", False):

@@ -51,7 +51,8 @@ class ExtenderMetrics:
         )
         self.filter_nodes = Counter(
             "parfusion_extender_filter_nodes_total",
-            "Per-node /filter decisions: kept, failed (resolvable), unresolvable, passthrough",
+            "Per-node /filter decisions: kept, failed (resolvable), unresolvable, passthrough, "
+            "beyond_shortlist (feasible, left out of the shortlist)",
             ["outcome"],
             registry=r,
         )

@@ -32,9 +32,15 @@ UNRESOLVABLE_CODES = frozenset({placement.NO_LANE, placement.UNREACHABLE})
 UNKNOWN_NODE = "node not in the extender's node view (no Node object or telemetry yet)"
 
 
+DEFAULT_SHORTLIST = 32
+
+
 @dataclass(frozen=True, slots=True)
 class ScoringConfig:
     dmug: DmugConfig = field(default_factory=DmugConfig)
+    # /filter keeps at most this many feasible nodes, the best for the intent (0: every one):
+    # kube-scheduler then scores a shortlist instead of every feasible node (docs/kubernetes.md)
+    shortlist: int = DEFAULT_SHORTLIST
 
     @property
     def risk_threshold(self) -> float:

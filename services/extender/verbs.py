@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import zlib
 from collections import OrderedDict, deque
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -53,6 +54,21 @@ class FilterOutcome:
     failed: dict[str, str]
     unresolvable: dict[str, str]
     intent: PodIntent
+
+
+def shortlist(feasible: np.ndarray, verdicts: Verdicts, limit: int, intent_id: str) -> np.ndarray:
+    """The at most `limit` best of the feasible candidates (indexes, kept in candidate order):
+    highest score, then most slack, then a turn of the candidate list keyed by the intent, so
+    that pods whose candidates tie do not all get the same few nodes. 0: every feasible one.
+
+    The others are left out of the answer without a reason: kube-scheduler drops a candidate
+    the reply does not name, and a pod with any feasible node always keeps some."""
+    if limit <= 0 or feasible.size <= limit:
+        return feasible
+    n = len(verdicts)
+    turn = (feasible + zlib.crc32(intent_id.encode()) % n) % n
+    order = np.lexsort((turn, -verdicts.slack_ms[feasible], -verdicts.score[feasible]))
+    return np.sort(feasible[order[:limit]])
 
 
 class Extender:
@@ -148,11 +164,14 @@ class Extender:
             self.metrics.filter_nodes.labels("unresolvable").inc(len(names))
             return FilterOutcome([], {}, {n: found.error for n in names}, found)
         verdicts = self._decide(found.spec, rows)
-        kept = np.flatnonzero(verdicts.outcome == OK).tolist()
+        feasible = np.flatnonzero(verdicts.outcome == OK)
+        kept = shortlist(feasible, verdicts, self.config.shortlist, found.spec.id).tolist()
         failed = verdicts.failures(names, FAILED)
         unresolvable = verdicts.failures(names, UNRESOLVABLE)
         m = self.metrics.filter_nodes
         m.labels("kept").inc(len(kept))
+        if len(kept) < feasible.size:
+            m.labels("beyond_shortlist").inc(feasible.size - len(kept))
         m.labels("failed").inc(len(failed))
         m.labels("unresolvable").inc(len(unresolvable))
         return FilterOutcome(kept, failed, unresolvable, found)

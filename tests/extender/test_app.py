@@ -11,7 +11,7 @@ import orjson
 import pytest
 from starlette.testclient import TestClient
 
-from services.common.config import build_settings
+from services.common.config import ConfigError, build_settings
 from services.extender import samples
 from services.extender.app import create_app
 
@@ -201,3 +201,51 @@ def test_sample_nodes_only_with_the_flag(home: Path) -> None:
         settings = build_settings("extender", overrides={"telemetry": False, "sample_nodes": flag})
         with TestClient(create_app(settings)) as c:
             assert c.get("/state").json()["nodes"]["count"] == count
+
+
+def _gpu_nodes(count: int) -> list[dict]:
+    return [samples.node_object(f"gpu-{i:03d}", 64, {"online": 4}, index=i) for i in range(count)]
+
+
+def test_filter_hands_kube_scheduler_a_shortlist_of_the_best_nodes(home: Path) -> None:
+    # 40 nodes fit the intent; 8 of them already run one: the other 32 keep more slack
+    nodes = _gpu_nodes(40)
+    settings = build_settings("extender", overrides={"telemetry": False})
+    with TestClient(create_app(settings)) as c:
+        _post(c, "filter", samples.extender_args(_online_pod("warm"), nodes, by_names=False))
+        for i in range(8):
+            m = _online_pod(f"busy-{i}")["metadata"]
+            _post(
+                c, "filter", samples.extender_args(_online_pod(f"busy-{i}"), nodes, by_names=True)
+            )
+            bind = {"PodName": m["name"], "PodNamespace": m["namespace"], "PodUID": m["uid"],
+                    "Node": f"gpu-{i:03d}"}  # fmt: skip
+            assert _post(c, "bind", bind)["Error"] == ""
+        before = _beyond_shortlist(c)
+        reply = _post(c, "filter", samples.extender_args(_online_pod(), nodes, by_names=True))
+        kept = reply["NodeNames"]
+        assert len(kept) == 32 and kept == sorted(kept)  # candidate order
+        assert not set(kept) & {f"gpu-{i:03d}" for i in range(8)}
+        assert reply["FailedNodes"] == {} and reply["FailedAndUnresolvableNodes"] == {}
+        assert _beyond_shortlist(c) - before == 8
+
+
+def _beyond_shortlist(c: TestClient) -> float:
+    prefix = 'parfusion_extender_filter_nodes_total{outcome="beyond_shortlist"} '
+    lines = [x for x in c.get("/metrics").text.splitlines() if x.startswith(prefix)]
+    return float(lines[0].removeprefix(prefix)) if lines else 0.0
+
+
+def test_shortlist_zero_keeps_every_feasible_node(home: Path) -> None:
+    nodes = _gpu_nodes(40)
+    settings = build_settings("extender", overrides={"telemetry": False, "shortlist_nodes": 0})
+    with TestClient(create_app(settings)) as c:
+        reply = _post(c, "filter", samples.extender_args(_online_pod(), nodes, by_names=False))
+        assert len(reply["Nodes"]["items"]) == 40
+
+
+@pytest.mark.parametrize("bad", [-1, 100_001, 2.5, True, "32"])
+def test_shortlist_setting_is_bounded_and_named(home: Path, bad: object) -> None:
+    settings = build_settings("extender", overrides={"telemetry": False, "shortlist_nodes": bad})
+    with pytest.raises(ConfigError, match="extender.shortlist_nodes"):
+        create_app(settings)

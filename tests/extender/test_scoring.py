@@ -5,13 +5,17 @@ from __future__ import annotations
 from dataclasses import replace
 
 import msgspec
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from services.core import placement
 from services.core.model import DmugConfig, IntentSpec
 from services.extender import samples
 from services.extender.nodeview import ClusterView
 from services.extender.protocol import NodeHead
-from services.extender.scoring import FAILED, OK, UNRESOLVABLE, ScoringConfig, decide
+from services.extender.scoring import FAILED, OK, UNRESOLVABLE, ScoringConfig, Verdicts, decide
+from services.extender.verbs import shortlist
 
 CONFIG = ScoringConfig()
 ONLINE = IntentSpec(
@@ -118,3 +122,44 @@ def test_the_watch_reporting_a_reserved_pod_keeps_the_lane_the_bind_chose() -> N
     assert resident.gpu_lane == "online" and resident.node == "a"
     [d] = _decide(ONLINE, view, ["a"])
     assert d.outcome == FAILED  # the lane's share stays taken
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from([OK, FAILED, UNRESOLVABLE]),
+            st.integers(0, 10),
+            st.sampled_from([-5.0, 0.0, 3.5, 20.0, 80.0]),
+        ),
+        min_size=1,
+        max_size=60,
+    ),
+    st.integers(0, 40),
+    st.text(max_size=8),
+)
+def test_shortlist_keeps_the_best_feasible_nodes(
+    rows: list[tuple[int, int, float]], limit: int, intent_id: str
+) -> None:
+    n = len(rows)
+    verdicts = Verdicts(
+        outcome=np.array([r[0] for r in rows]),
+        score=np.array([r[1] if r[0] == OK else 0 for r in rows]),
+        reason=np.full(n, -1),
+        reasons=[],
+        lane=np.full(n, -1),
+        lanes=[],
+        slack_ms=np.array([r[2] for r in rows]),
+        deadline_risk=np.zeros(n),
+        units=np.zeros(n, dtype=np.int64),
+    )
+    feasible = np.flatnonzero(verdicts.outcome == OK)
+    kept = shortlist(feasible, verdicts, limit, intent_id)
+    assert kept.tolist() == sorted(kept.tolist())  # candidate order
+    assert set(kept.tolist()) <= set(feasible.tolist())
+    assert kept.size == (feasible.size if limit == 0 else min(limit, feasible.size))
+    key = {int(i): (int(verdicts.score[i]), float(verdicts.slack_ms[i])) for i in feasible}
+    left_out = set(feasible.tolist()) - set(kept.tolist())
+    for i in kept.tolist():  # nothing left out is better than anything kept
+        assert all(key[i] >= key[j] for j in left_out)
+    assert shortlist(feasible, verdicts, limit, intent_id).tolist() == kept.tolist()
