@@ -143,6 +143,7 @@ class PhaseRunner:
         span = prof.warmup_s + measure_s
         plan = schedules(seed, rate, span)
         self.backend.urgent_preempts_batch = phase.urgent_preempts_batch
+        self.backend.reset_books()  # the controller calibrates on this phase's tail only
         controller: PolicyController | None = None
         self._generation += 1
         try:

@@ -20,7 +20,7 @@ class Pressure(_message.Message):
     def __init__(self, some_avg10: _Optional[float] = ..., full_avg10: _Optional[float] = ..., available: _Optional[bool] = ...) -> None: ...
 
 class LatencySummary(_message.Message):
-    __slots__ = ("intent_id", "count", "p50_ms", "p95_ms", "p99_ms", "mean_ms", "deadline_misses", "service_mean_ms", "service_p99_ms", "window_count", "recent_service_ms")
+    __slots__ = ("intent_id", "count", "p50_ms", "p95_ms", "p99_ms", "mean_ms", "deadline_misses", "service_mean_ms", "service_p99_ms", "window_count", "recent_service_ms", "sample_parallelism")
     INTENT_ID_FIELD_NUMBER: _ClassVar[int]
     COUNT_FIELD_NUMBER: _ClassVar[int]
     P50_MS_FIELD_NUMBER: _ClassVar[int]
@@ -32,6 +32,7 @@ class LatencySummary(_message.Message):
     SERVICE_P99_MS_FIELD_NUMBER: _ClassVar[int]
     WINDOW_COUNT_FIELD_NUMBER: _ClassVar[int]
     RECENT_SERVICE_MS_FIELD_NUMBER: _ClassVar[int]
+    SAMPLE_PARALLELISM_FIELD_NUMBER: _ClassVar[int]
     intent_id: str
     count: int
     p50_ms: float
@@ -43,7 +44,8 @@ class LatencySummary(_message.Message):
     service_p99_ms: float
     window_count: int
     recent_service_ms: _containers.RepeatedScalarFieldContainer[float]
-    def __init__(self, intent_id: _Optional[str] = ..., count: _Optional[int] = ..., p50_ms: _Optional[float] = ..., p95_ms: _Optional[float] = ..., p99_ms: _Optional[float] = ..., mean_ms: _Optional[float] = ..., deadline_misses: _Optional[int] = ..., service_mean_ms: _Optional[float] = ..., service_p99_ms: _Optional[float] = ..., window_count: _Optional[int] = ..., recent_service_ms: _Optional[_Iterable[float]] = ...) -> None: ...
+    sample_parallelism: int
+    def __init__(self, intent_id: _Optional[str] = ..., count: _Optional[int] = ..., p50_ms: _Optional[float] = ..., p95_ms: _Optional[float] = ..., p99_ms: _Optional[float] = ..., mean_ms: _Optional[float] = ..., deadline_misses: _Optional[int] = ..., service_mean_ms: _Optional[float] = ..., service_p99_ms: _Optional[float] = ..., window_count: _Optional[int] = ..., recent_service_ms: _Optional[_Iterable[float]] = ..., sample_parallelism: _Optional[int] = ...) -> None: ...
 
 class PoolStatus(_message.Message):
     __slots__ = ("intent_id", "kind", "workers", "pids", "cpu_set", "nice", "queued", "items_per_s", "sched_policy")

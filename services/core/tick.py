@@ -46,12 +46,12 @@ class ServiceTimes(Protocol):
 
 @dataclass(frozen=True)
 class Observation:
-    """Service times (ms) one intent's pool reported, and the workers it ran them with; the
+    """Service times (ms) one intent's pool reported, and the parallelism they ran at; the
     latency tail (p95, p99 ms) the node observed over its window, from `count` requests."""
 
     intent_id: str
     samples: Sequence[float]
-    workers: int = 0  # 0: unknown (the last allocation's workers are taken)
+    parallelism: int = 0  # the units one sample ran at; 0: unknown (the last allocation's)
     p95_ms: float = 0.0
     p99_ms: float = 0.0
     count: int = 0
@@ -63,14 +63,15 @@ class Observation:
 
 
 def observations(telemetry: telemetry_pb2.NodeTelemetry) -> list[Observation]:
-    """The node agent's recent service times and window tails, per intent, with its pool's
-    workers."""
+    """The node agent's recent service times and window tails, per intent, with the parallelism
+    they ran at: the summary's ``sample_parallelism`` where the node states it (1 for the real
+    pools, whose workers each serve one request), else its pool's workers."""
     workers = {p.intent_id: p.workers for p in telemetry.pools}
     return [
         Observation(
             s.intent_id,
             tuple(s.recent_service_ms),
-            workers.get(s.intent_id, 0),
+            s.sample_parallelism or workers.get(s.intent_id, 0),
             p95_ms=s.p95_ms,
             p99_ms=s.p99_ms,
             count=s.count,
@@ -91,8 +92,8 @@ def observe(
     tick: int = 0,
 ) -> dict[str, float]:
     """Feed `seen` to the predictor: only intents being planned, only finite non-negative
-    samples, at the parallelism they ran with (the pool's workers, else the last allocation's,
-    else 1) and the latency factor they ran under (the previous decision's degradation level,
+    samples, at the parallelism they ran with (the observation's, else the last allocation's
+    units, else 1) and the latency factor they ran under (the previous decision's degradation level,
     the node's pressure), so the predictor can rescale them to NORMAL. Then, per deadline
     intent, the observed tail against the previous decision's prediction (`tick`: the tick
     about to be planned); returns those prediction errors (predicted / observed - 1)."""
@@ -105,7 +106,7 @@ def observe(
         last = previous.get(obs.intent_id)
         samples = [x for x in obs.samples if math.isfinite(x) and x >= 0]
         if samples:
-            units = obs.workers or allocated.get(obs.intent_id) or 1
+            units = obs.parallelism or allocated.get(obs.intent_id) or 1
             level = last.degradation if last is not None else "NORMAL"
             factor = observation_factor(spec, node, config, level)
             predictor.observe_many(obs.intent_id, samples, units=units, factor=factor)

@@ -21,6 +21,9 @@ from services.nodeagent.pools import Completion
 WINDOW = 2048  # completions kept for percentiles
 RECENT_LIMIT = 512  # service samples per report (bounded message size)
 RATE_WINDOW_S = 5.0
+# Each pool worker serves one request at a time on one thread: a service time is a request's
+# time at parallelism 1 however many workers the pool has (more workers add capacity).
+SAMPLE_PARALLELISM = 1
 
 
 def percentile(sorted_values: Sequence[float], q: float) -> float:
@@ -43,6 +46,15 @@ class LatencyBook:
         self.count = 0
         self.misses = 0
         self._since_report = 0
+
+    def reset(self) -> None:
+        """Forget the window, the counts and the unreported samples (a new measurement starts)."""
+        with self._lock:
+            self._latency.clear()
+            self._service.clear()
+            self._recent.clear()
+            self._ends.clear()
+            self.count = self.misses = self._since_report = 0
 
     def record(self, done: Completion) -> None:
         with self._lock:
@@ -89,6 +101,7 @@ class LatencyBook:
             service_p99_ms=_rank(svc, 99),
             window_count=window,
             recent_service_ms=recent,
+            sample_parallelism=SAMPLE_PARALLELISM,
         )
 
 

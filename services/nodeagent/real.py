@@ -288,6 +288,14 @@ class RealBackend:
             )
         return source
 
+    def reset_books(self) -> None:
+        """Forget every intent's latency window and counts: a benchmark phase starts its own
+        measurement, so the previous phase's tail does not stand for this one's."""
+        with self._lock:
+            books = [runtime.book for runtime in self._intents.values()]
+        for book in books:
+            book.reset()
+
     def book(self, intent_id: str) -> LatencyBook:
         with self._lock:
             return self._intents[intent_id].book

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 from parfusion.v1 import telemetry_pb2
-from services.core.formulas import observation_factor
+from services.core.formulas import LATENCY_CEILING_MS, observation_factor
 from services.core.model import Decision, DmugConfig, IntentSpec, NodeState, PlanInput
 from services.core.policies.registry import get_policy
 from services.core.predictor import Predictor
@@ -35,6 +35,40 @@ def test_observations_pair_samples_with_their_pools_workers():
         Observation("on", (10.0, 12.0), 3),
         Observation("b", (90.0,), 0),
     ]
+
+
+def test_a_node_that_states_its_samples_parallelism_overrides_the_pool_size():
+    """The real pools serve each request on one single-threaded worker: their samples are
+    times at parallelism 1 whatever the pool's size."""
+    tel = telemetry_pb2.NodeTelemetry()
+    tel.pools.add(intent_id="on", workers=2)
+    tel.latencies.add(intent_id="on", recent_service_ms=[9.0], sample_parallelism=1)
+    assert observations(tel) == [Observation("on", (9.0,), 1)]
+
+
+def test_per_request_times_of_a_worker_pool_give_a_bounded_prediction():
+    """A pool of two one-request workers at 111 req/s with 9 ms requests runs at utilisation
+    0.5. Read at parallelism 1 the model sees that; read at the pool's two workers the same
+    samples count as 18 ms of one-unit work per request and the model calls the pool saturated
+    (the latency ceiling), which is what the co-run's predictions were before the node said
+    which parallelism its samples ran at (docs/real-benchmark.md)."""
+    spec = IntentSpec(
+        id="on", name="on", workload_class="ONLINE", deadline_ms=60.0, base_service_ms=9.0,
+        arrival_rate_per_s=111.0, min_units=1, max_units=2, parallel_fraction=1.0,
+    )  # fmt: skip
+    node = NodeState(name="n", cpu_units=2, cpu_ids=(0, 1))
+    predicted = {}
+    for parallelism in (1, 2):
+        predictor = Predictor()
+        seen = [Observation("on", (9.0,) * 40, parallelism)]
+        plan = plan_tick(
+            get_policy("parfusion"), predictor, [spec], node,
+            previous={"on": Decision("on", 2)}, tick=2, seen=seen,
+        )  # fmt: skip
+        (decision,) = plan.decisions
+        predicted[parallelism] = decision.predicted_p99_ms
+    assert predicted[1] < spec.deadline_ms
+    assert predicted[2] >= LATENCY_CEILING_MS
 
 
 def test_samples_are_filtered_scaled_and_taken_at_the_units_they_ran_with():

@@ -45,3 +45,22 @@ def test_summary_counts_misses_and_drains_recent_samples() -> None:
     for _ in range(RECENT_LIMIT + 50):
         book.record(_done(10.0, 2.0))
     assert len(book.summary().recent_service_ms) == RECENT_LIMIT  # bounded message size
+
+
+def test_samples_are_stated_at_parallelism_one() -> None:
+    """Each pool worker serves one request on one thread, so the allocator must not rescale
+    the samples by the pool's size (services/core/tick.py: observations)."""
+    book = LatencyBook("web")
+    book.record(_done(12.0, 9.0))
+    assert book.summary().sample_parallelism == 1
+
+
+def test_reset_starts_a_new_window() -> None:
+    book = LatencyBook("web", deadline_ms=50.0)
+    for i in range(1, 101):
+        book.record(_done(float(10 * i), 5.0))
+    book.reset()
+    book.record(_done(20.0, 5.0))
+    got = book.summary()
+    assert (got.count, got.deadline_misses, got.p99_ms) == (1, 0, 20.0)
+    assert [round(x, 6) for x in got.recent_service_ms] == [5.0]

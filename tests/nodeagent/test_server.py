@@ -123,12 +123,15 @@ def test_plan_runs_pools_and_telemetry_reports_them(agent: RunningNodeAgent, hom
     assert lat["web"].count > 10
     assert 0 < lat["web"].p50_ms <= lat["web"].p95_ms <= lat["web"].p99_ms
     assert 0 < len(lat["web"].recent_service_ms) <= 512
+    assert lat["web"].sample_parallelism == 1  # one request per single-threaded worker
     assert pools["train"].items_per_s > 0
     again = stub.GetNodeTelemetry(nodeagent_pb2.GetNodeTelemetryRequest(), timeout=5).telemetry
     drained = {s.intent_id: s for s in again.latencies}["web"]
     assert (
         len(drained.recent_service_ms) < len(lat["web"].recent_service_ms) + 5
     )  # samples reported once
+    agent.backend.reset_books()  # type: ignore[attr-defined]
+    assert book.count < 10  # a new window: only what completed since
 
     # Resize at run time; the removed intent's pool goes away.
     old_batch = set(pools["train"].pids)
