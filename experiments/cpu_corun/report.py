@@ -148,17 +148,7 @@ def markdown(doc: dict[str, Any], figure_paths: list[Path], report_path: Path) -
             f"{s['repetition']}) has p99 {s['alone_p99_ms']:.1f} ms, worse than {s['phase']}'s "
             f"{s['phase_p99_ms']:.1f} ms in the same repetition; its ratios are not evidence"
         )
-    errors_pct = [
-        r["prediction_error_pct"]
-        for r in doc["phases"]
-        if r.get("prediction_error_pct") is not None
-    ]
-    if errors_pct:
-        errors_pct.sort()
-        lines.append(
-            f"Prediction error (policy phases, median |predicted / observed online p99 - 1| per "
-            f"phase): median {errors_pct[len(errors_pct) // 2]:.1f} %, worst {errors_pct[-1]:.1f} %."
-        )
+    lines += prediction_error_lines(doc["phases"])
     lines.append("")
     for load in prof["loads"]:
         lines += [
@@ -213,3 +203,36 @@ def markdown(doc: dict[str, Any], figure_paths: list[Path], report_path: Path) -
         lines.append(f"![{p.stem}]({rel.as_posix()})")
     lines.append("")
     return "\n".join(lines)
+
+
+def prediction_error_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """The policy phases' prediction error (median |predicted / observed online p99 - 1| per
+    phase) over each whole phase and over its second half, once the correction has learnt; and
+    parfusion's phase by phase."""
+    lines = []
+    for key, what in (
+        ("prediction_error_pct", "whole phase"),
+        ("prediction_error_late_pct", "second half of each phase"),
+    ):
+        errors = sorted(r[key] for r in rows if r.get(key) is not None)
+        if errors:
+            lines.append(
+                f"Prediction error (policy phases, median |predicted / observed online p99 - 1| "
+                f"per phase, {what}): median {errors[len(errors) // 2]:.1f} %, worst "
+                f"{errors[-1]:.1f} %."
+            )
+    ours = [
+        r for r in rows if r["phase"] == "parfusion" and r.get("prediction_error_pct") is not None
+    ]
+    if ours:
+        cells = [
+            f"{int(r['load'] * 100)} % rep {r['repetition']}: {r['prediction_error_pct']:.1f} / "
+            + (
+                "–"
+                if r.get("prediction_error_late_pct") is None
+                else f"{r['prediction_error_late_pct']:.1f}"
+            )
+            for r in sorted(ours, key=lambda r: (r["load"], r["repetition"]))
+        ]
+        lines.append(f"parfusion's, whole phase / second half (%): {'; '.join(cells)}.")
+    return lines

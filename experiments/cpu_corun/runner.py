@@ -64,6 +64,7 @@ class PhaseRun:
     foreign_cores: float = 0.0  # CPU used by processes outside this benchmark, in cores
     # policy phases: median |predicted / observed online p99 - 1| over the phase's ticks (%)
     prediction_error_pct: float | None = None
+    prediction_error_late_pct: float | None = None  # the same over the phase's second half
 
     @property
     def batch_items_per_s(self) -> float:
@@ -203,6 +204,10 @@ class PhaseRunner:
                       if ONLINE in t.prediction_error]  # fmt: skip
             if errors:
                 result.prediction_error_pct = 100.0 * statistics.median(errors)
+                # the second half: after the correction has had the phase's first half to learn
+                result.prediction_error_late_pct = 100.0 * statistics.median(
+                    errors[len(errors) // 2 :]
+                )
         for intent_id in (ONLINE, URGENT):
             self.backend.request_source(intent_id).clear()
         done.extend(self.router.take())

@@ -82,6 +82,7 @@ def summarize(run: PhaseRun, cal: Calibration) -> dict[str, Any]:
         "host_cpu_percent": run.host_cpu_percent,
         "foreign_cores": run.foreign_cores,
         "prediction_error_pct": run.prediction_error_pct,
+        "prediction_error_late_pct": run.prediction_error_late_pct,
     }
 
 

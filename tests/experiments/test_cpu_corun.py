@@ -258,3 +258,22 @@ def test_a_disturbed_phase_is_run_again_and_a_reference_slower_than_a_co_run_is_
     gate = stats.sanity_gate([], [0.7], rows + [{"disturbed": "x"}], suspects)
     assert not gate["passed"]
     assert "suspect reference" in gate["verdict"] and "still disturbed" in gate["verdict"]
+
+
+def test_the_report_gives_the_prediction_error_over_whole_phases_and_their_second_halves() -> None:
+    from experiments.cpu_corun.report import prediction_error_lines
+
+    rows = [
+        {"phase": "parfusion", "load": 0.7, "repetition": 1,
+         "prediction_error_pct": 40.0, "prediction_error_late_pct": 12.5},
+        {"phase": "parfusion", "load": 0.3, "repetition": 0,
+         "prediction_error_pct": 5.0, "prediction_error_late_pct": None},
+        {"phase": "fifo", "load": 0.3, "repetition": 0,
+         "prediction_error_pct": 60.0, "prediction_error_late_pct": 30.0},
+        {"phase": "nice19", "load": 0.3, "repetition": 0, "prediction_error_pct": None},
+    ]  # fmt: skip
+    whole, late, ours = prediction_error_lines(rows)
+    assert "whole phase): median 40.0 %, worst 60.0 %" in whole
+    assert "second half of each phase): median 30.0 %, worst 30.0 %" in late
+    assert ours.endswith("30 % rep 0: 5.0 / –; 70 % rep 1: 40.0 / 12.5.")
+    assert prediction_error_lines([rows[3]]) == []
