@@ -93,8 +93,8 @@ def observe(
 ) -> dict[str, float]:
     """Feed `seen` to the predictor: only intents being planned, only finite non-negative
     samples, at the parallelism they ran with (the observation's, else the last allocation's
-    units, else 1) and the latency factor they ran under (the previous decision's degradation level,
-    the node's pressure), so the predictor can rescale them to NORMAL. Then, per deadline
+    units, else 1) and the latency factor they ran under (the previous decision's degradation
+    level, the node's pressure), so the predictor can rescale them to NORMAL. Then, per deadline
     intent, the observed tail against the previous decision's prediction (`tick`: the tick
     about to be planned); returns those prediction errors (predicted / observed - 1)."""
     specs = {s.id: s for s in intents}

@@ -43,17 +43,13 @@ class LatencyBook:
         self._service: deque[float] = deque(maxlen=WINDOW)
         self._recent: deque[float] = deque(maxlen=RECENT_LIMIT)
         self._ends: deque[float] = deque()
-        self.count = 0
-        self.misses = 0
-        self._since_report = 0
+        self.count = self.misses = self._since_report = 0
 
     def reset(self) -> None:
         """Forget the window, the counts and the unreported samples (a new measurement starts)."""
         with self._lock:
-            self._latency.clear()
-            self._service.clear()
-            self._recent.clear()
-            self._ends.clear()
+            for kept in (self._latency, self._service, self._recent, self._ends):
+                kept.clear()
             self.count = self.misses = self._since_report = 0
 
     def record(self, done: Completion) -> None:
