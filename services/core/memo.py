@@ -51,10 +51,30 @@ class LastDecisions:
             col.flags.writeable = False  # views of what last tick's Decisions were built from
         return cols[0], cols[1], cols[2], cols[3]
 
-    def built(self, previous: Sequence[Decision]) -> bool:
-        """Whether `previous` (one per row) is exactly this tick's Decision objects."""
+    def tick_columns_of(
+        self, previous: Sequence[Decision], missing: Decision
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+        """``tick_columns`` for `previous` (one Decision per row) when it is exactly this tick's
+        Decisions, possibly followed by rows without one (`missing`: intents appended since, as
+        every tick under a stream of submits has), whose columns are 0; else None."""
         own = self.decisions
-        return len(previous) == len(own) and all(map(operator.is_, previous, own))
+        k, n = len(own), len(previous)
+        if n < k or not all(map(operator.is_, itertools.islice(previous, k), own)):
+            return None
+        if n == k:
+            return self.tick_columns()
+        if not all(
+            map(operator.is_, itertools.islice(previous, k, None), itertools.repeat(missing))
+        ):
+            return None
+        zeros = np.zeros(n - k, dtype=np.int64)
+        units, since, level_since, level = self.tick_columns()
+        return (
+            np.concatenate((units, zeros)),
+            np.concatenate((since, zeros)),
+            np.concatenate((level_since, zeros)),
+            np.concatenate((level, zeros)),
+        )
 
 
 def changed_rows(n: int, new: Mapping[str, Column], old: Mapping[str, Column]) -> np.ndarray:

@@ -157,9 +157,11 @@ def build_table(
         prevs = list(map(state.previous.get, ids, itertools.repeat(_NO_PREVIOUS, n)))
         has_prev = np.fromiter(map(operator.is_not, prevs, itertools.repeat(_NO_PREVIOUS)), bool, n)
         last = memo.last if memo is not None else None
-        if last is not None and last.built(prevs):
-            # the previous plan is the one this policy built last tick: its columns are at hand
-            prev_units, prev_since, prev_level_since, prev_level = last.tick_columns()
+        kept = last.tick_columns_of(prevs, _NO_PREVIOUS) if last is not None else None
+        if kept is not None:
+            # the previous plan is the one this policy built last tick (and intents appended
+            # since): its columns are at hand
+            prev_units, prev_since, prev_level_since, prev_level = kept
         else:
             flat = itertools.chain.from_iterable(map(_PREVIOUS_GETTER, prevs))
             prev_units, prev_since, prev_level_since = (

@@ -22,7 +22,7 @@ from services.core.model import (
     ServiceStats,
 )
 from services.core.policies.registry import POLICIES, get_policy
-from services.core.table import build_table
+from services.core.table import _NO_PREVIOUS, LEVEL_INDEX, build_table
 from tests.core.test_dmug import plan_inputs
 
 CHAIN = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -321,3 +321,33 @@ def test_changed_from_on_appended_ids_keeps_the_old_rows():
 
 def _node(units: int) -> NodeState:
     return NodeState(name="n", cpu_units=units, cpu_ids=tuple(range(units)))
+
+
+def test_previous_columns_come_from_the_memo_when_intents_were_appended():
+    """Under a stream of submits every tick's rows are last tick's plus new ones: the previous
+    plan's units and dwell ticks are last tick's columns with zeros appended, equal to reading
+    them Decision by Decision; a previous plan from elsewhere is not taken from the memo."""
+    specs = tuple(
+        IntentSpec(id=f"i{k}", name=f"w{k}", workload_class=cls, deadline_ms=dl, min_units=2,
+                   max_units=5, seq=k)
+        for k, (cls, dl) in enumerate([("ONLINE", 40.0), ("BATCH", 0.0), ("ROBOT", 30.0)])
+    )  # fmt: skip
+    added = IntentSpec(id="n", name="new", workload_class="ONLINE", deadline_ms=35.0,
+                       min_units=2, max_units=5, seq=9)  # fmt: skip
+    kept = get_policy("parfusion")
+    r1 = kept.allocate(PlanInput(intents=specs, node=_node(64), tick=1))
+    last = kept.memo.last
+    assert last is not None
+    prevs = [*r1.decisions, _NO_PREVIOUS]
+    units, since, level_since, level = last.tick_columns_of(prevs, _NO_PREVIOUS)
+    assert units.tolist() == [d.units for d in r1.decisions] + [0]
+    assert since.tolist() == [d.since_tick for d in r1.decisions] + [0]
+    assert level_since.tolist() == [d.level_since_tick for d in r1.decisions] + [0]
+    assert level.tolist() == [LEVEL_INDEX[d.degradation] for d in r1.decisions] + [0]
+    assert last.tick_columns_of(list(r1.decisions), _NO_PREVIOUS) is not None
+    foreign = get_policy("parfusion").allocate(PlanInput(intents=specs, node=_node(64), tick=1))
+    assert last.tick_columns_of([*foreign.decisions, _NO_PREVIOUS], _NO_PREVIOUS) is None
+    assert last.tick_columns_of([*r1.decisions, r1.decisions[0]], _NO_PREVIOUS) is None
+    assert last.tick_columns_of(list(r1.decisions[:2]), _NO_PREVIOUS) is None
+    state = PlanInput(intents=(*specs, added), node=_node(64), previous=r1.by_id(), tick=2)
+    assert kept.allocate(state) == get_policy("parfusion").allocate(state)
