@@ -40,6 +40,7 @@ class TickLog:
     sched: dict[str, str]
     predicted_p99_ms: dict[str, float]
     prediction_error: dict[str, float]  # the last plan's predicted / observed - 1, per intent
+    correction: dict[str, float]  # the latency correction k the next plan carries, per intent
 
 
 @dataclass
@@ -133,6 +134,11 @@ class PolicyController:
                 sched={a.intent_id: a.sched_policy or "other" for a in plan.allocations},
                 predicted_p99_ms={a.intent_id: a.predicted_p99_ms for a in plan.allocations},
                 prediction_error=self.predictor.errors_at(self.ticks),
+                correction=self._corrections(),
             )
         )
         self.cpu_seconds += time.thread_time() - cpu0
+
+    def _corrections(self) -> dict[str, float]:
+        states = {s.id: self.predictor.calibration(s.id) for s in self.intents}
+        return {i: st.correction for i, st in states.items() if st is not None}

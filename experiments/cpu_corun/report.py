@@ -16,6 +16,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from experiments.cpu_corun.profiles import ALL_PHASES  # noqa: E402
+from services.core.predictor import CORRECTION_MAX  # noqa: E402
 
 PHASE_ORDER = [p.name for p in ALL_PHASES]
 
@@ -235,4 +236,17 @@ def prediction_error_lines(rows: list[dict[str, Any]]) -> list[str]:
             for r in sorted(ours, key=lambda r: (r["load"], r["repetition"]))
         ]
         lines.append(f"parfusion's, whole phase / second half (%): {'; '.join(cells)}.")
+        signed = [r for r in ours if r.get("prediction_bias_late_pct") is not None]
+        if signed:
+            cells = [
+                f"{int(r['load'] * 100)} % rep {r['repetition']}: "
+                f"{r['prediction_bias_late_pct']:+.1f} % at k = {r.get('latency_correction') or 1.0:.2f}"
+                + (" (its bound)" if (r.get("latency_correction") or 1.0) >= CORRECTION_MAX else "")
+                for r in sorted(signed, key=lambda r: (r["load"], r["repetition"]))
+            ]
+            lines.append(
+                "parfusion's signed error over the second half (median predicted / observed - 1; "
+                f"below 0: predicted too low) and the correction k at the phase's end: "
+                f"{'; '.join(cells)}."
+            )
     return lines

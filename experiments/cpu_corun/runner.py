@@ -65,6 +65,10 @@ class PhaseRun:
     # policy phases: median |predicted / observed online p99 - 1| over the phase's ticks (%)
     prediction_error_pct: float | None = None
     prediction_error_late_pct: float | None = None  # the same over the phase's second half
+    # the second half's median of predicted / observed - 1, signed (< 0: the plan predicted
+    # less than the node showed), and the online intent's correction k when the phase ended
+    prediction_bias_late_pct: float | None = None
+    latency_correction: float | None = None
 
     @property
     def batch_items_per_s(self) -> float:
@@ -144,7 +148,6 @@ class PhaseRunner:
         span = prof.warmup_s + measure_s
         plan = schedules(seed, rate, span)
         self.backend.urgent_preempts_batch = phase.urgent_preempts_batch
-        self.backend.reset_books()  # the controller calibrates on this phase's tail only
         controller: PolicyController | None = None
         self._generation += 1
         try:
@@ -174,6 +177,10 @@ class PhaseRunner:
         self.backend.request_source(ONLINE).schedule(online_due)
         self.backend.request_source(URGENT).schedule(urgent_due)
         wall0 = time.monotonic()
+        _sleep_until(start)
+        # the controller calibrates on the measured window's tail only: not the previous
+        # phase's, nor the warm-up's (pools resized, queues settling)
+        self.backend.reset_books()
         _sleep_until(end)
         in_window = [d for d in online_due if start <= d < end]
         urgent_window = [d for d in urgent_due if start <= d < end]
@@ -200,14 +207,17 @@ class PhaseRunner:
             result.errors.extend(controller.errors[:5])
             result.controller_cpu_fraction = controller.cpu_seconds / max(cutoff - wall0, 1e-6)
             result.plan_trace = _trace(controller)
-            errors = [abs(t.prediction_error[ONLINE]) for t in controller.log
+            signed = [t.prediction_error[ONLINE] for t in controller.log
                       if ONLINE in t.prediction_error]  # fmt: skip
-            if errors:
+            if signed:
+                errors = [abs(e) for e in signed]
                 result.prediction_error_pct = 100.0 * statistics.median(errors)
                 # the second half: after the correction has had the phase's first half to learn
-                result.prediction_error_late_pct = 100.0 * statistics.median(
-                    errors[len(errors) // 2 :]
-                )
+                late = len(signed) // 2
+                result.prediction_error_late_pct = 100.0 * statistics.median(errors[late:])
+                result.prediction_bias_late_pct = 100.0 * statistics.median(signed[late:])
+            if controller.log and ONLINE in controller.log[-1].correction:
+                result.latency_correction = controller.log[-1].correction[ONLINE]
         for intent_id in (ONLINE, URGENT):
             self.backend.request_source(intent_id).clear()
         done.extend(self.router.take())

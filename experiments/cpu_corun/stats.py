@@ -83,6 +83,8 @@ def summarize(run: PhaseRun, cal: Calibration) -> dict[str, Any]:
         "foreign_cores": run.foreign_cores,
         "prediction_error_pct": run.prediction_error_pct,
         "prediction_error_late_pct": run.prediction_error_late_pct,
+        "prediction_bias_late_pct": run.prediction_bias_late_pct,
+        "latency_correction": run.latency_correction,
     }
 
 

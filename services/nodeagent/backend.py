@@ -54,6 +54,7 @@ class BackendOptions:
     cgroup_root: Path | None = None  # cgroup v2 mount to inspect; None = detect from mountinfo
     default_service_ms: float = 12.0  # online kernel size when the plan carries none
     idle_sample_s: float = 0.3  # how long the arena measurement samples per-core idle time
+    latency_window_s: float = 10.0  # the real pools' percentile window (latency.LatencyBook)
 
     @classmethod
     def from_settings(cls, settings: ServiceSettings) -> BackendOptions:
@@ -63,6 +64,9 @@ class BackendOptions:
         fraction = settings.get_float("max_load_fraction", 0.7)
         if not 0.0 < fraction <= 1.0:
             raise ConfigError(f"nodeagent.max_load_fraction: expected (0, 1], got {fraction}")
+        window = settings.get_float("latency_window_s", 10.0)
+        if not 0.5 <= window <= 3600.0:
+            raise ConfigError(f"nodeagent.latency_window_s: expected 0.5 to 3600 s, got {window}")
         return cls(
             node_name=settings.node_name,
             run_dir=settings.run_dir,
@@ -73,6 +77,7 @@ class BackendOptions:
             cgroup_delegated_path=settings.get_str("cgroup_delegated_path", ""),
             allow_real_stress=settings.get_bool("allow_real_stress", False),
             default_service_ms=settings.get_float("default_service_ms", 12.0),
+            latency_window_s=window,
         )
 
 

@@ -43,7 +43,7 @@ class IntentRuntime:
     def __init__(self, spec: PoolSpec, matrix_n: int, reps: int, backend: RealBackend) -> None:
         self.intent_id = spec.intent_id
         self.workload_class = spec.workload_class
-        self.book = LatencyBook(spec.intent_id, spec.deadline_ms)
+        self.book = LatencyBook(spec.intent_id, spec.deadline_ms, backend.options.latency_window_s)
         self.source: RequestSource | AmdahlJobSource
         if spec.kind == "batch":
             self.source = AmdahlJobSource(spec.parallel_fraction)

@@ -265,15 +265,17 @@ def test_the_report_gives_the_prediction_error_over_whole_phases_and_their_secon
 
     rows = [
         {"phase": "parfusion", "load": 0.7, "repetition": 1,
-         "prediction_error_pct": 40.0, "prediction_error_late_pct": 12.5},
+         "prediction_error_pct": 40.0, "prediction_error_late_pct": 12.5,
+         "prediction_bias_late_pct": -12.5, "latency_correction": 4.0},
         {"phase": "parfusion", "load": 0.3, "repetition": 0,
          "prediction_error_pct": 5.0, "prediction_error_late_pct": None},
         {"phase": "fifo", "load": 0.3, "repetition": 0,
          "prediction_error_pct": 60.0, "prediction_error_late_pct": 30.0},
         {"phase": "nice19", "load": 0.3, "repetition": 0, "prediction_error_pct": None},
     ]  # fmt: skip
-    whole, late, ours = prediction_error_lines(rows)
+    whole, late, ours, signed = prediction_error_lines(rows)
     assert "whole phase): median 40.0 %, worst 60.0 %" in whole
     assert "second half of each phase): median 30.0 %, worst 30.0 %" in late
     assert ours.endswith("30 % rep 0: 5.0 / –; 70 % rep 1: 40.0 / 12.5.")
+    assert signed.endswith("70 % rep 1: -12.5 % at k = 4.00 (its bound).")
     assert prediction_error_lines([rows[3]]) == []

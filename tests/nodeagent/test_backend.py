@@ -33,6 +33,14 @@ def test_options_from_settings(home: Path) -> None:
     assert options.cgroup_mode == "dry-run"
     assert options.allow_real_stress is False
     assert options.run_dir == home / "run"
+    assert options.latency_window_s == 10.0
+
+
+@pytest.mark.parametrize("window", ["0.1", "7200", "nan"])
+def test_a_latency_window_out_of_bounds_is_rejected(home: Path, window: str) -> None:
+    settings = build_settings("nodeagent", env={"PARFUSION_NODEAGENT_LATENCY_WINDOW_S": window})
+    with pytest.raises(ConfigError, match="latency_window_s"):
+        BackendOptions.from_settings(settings)
 
 
 def test_bad_cgroup_mode_is_rejected(home: Path) -> None:
