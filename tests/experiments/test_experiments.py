@@ -162,6 +162,7 @@ def test_the_ablation_scenario_gives_each_shown_mechanism_its_condition(params) 
     scenario = load_scenario(params, "ablation", 12.0)
     kinds = [e.kind for e in scenario.events]
     assert kinds[:2] == ["drift", "load"] and "disturbance" in kinds and "urgent_start" in kinds
+    assert "fleet_start" in kinds
     misses = {
         p: summarize(run_policy(p, scenario, params, seed=7))["online"]["miss_pct"]
         for p in ("parfusion", "no-predictor", "no-elastic", "no-degrade")
@@ -193,22 +194,18 @@ def test_a_fleet_event_is_bounded_and_names_a_scenario_intent(params) -> None:
             load_scenario(dataclasses.replace(params, scenario=scenario), "bad", 10.0)
 
 
-def test_a_fleet_filling_the_node_is_what_urgent_preemption_is_for(params) -> None:
-    """Four more robot missions join inside the disturbance and the node is full when the
-    urgent event asks: parfusion takes a preemptible unit within the tick, no-preemption leaves
-    the urgent intent waiting until the fleet leaves (seed 7, docs/experiments.md)."""
-    import dataclasses
-
-    events = [
-        *params.scenario["events"]["ablation"][:3],
-        {"at": 0.54, "kind": "fleet", "intent": "robot-mission", "count": 4, "duration_fraction": 0.05},
-        {"at": 0.55, "kind": "urgent"},
-    ]  # fmt: skip
-    assert events[2]["kind"] == "disturbance"
-    full = dataclasses.replace(params, scenario={**params.scenario, "events": {"full": events}})
-    scenario = load_scenario(full, "full", 24.0)
-    runs = {p: run_policy(p, scenario, full, seed=7) for p in ("parfusion", "no-preemption")}
-    copies = [f"robot-mission-{k}" for k in range(2, 6)]
+def test_the_ablation_fleet_fills_the_node_so_only_preemption_serves_the_urgent_event(params):
+    """The default ablation list: 13 more robot missions join after the disturbance, their
+    minimums fill the node, and the urgent event comes while they are there. parfusion takes a
+    preemptible unit within the tick; no-preemption leaves the urgent intent waiting until the
+    fleet leaves (seed 7, 12 s, docs/experiments.md)."""
+    events = params.scenario["events"]["ablation"]
+    fleet = next(e for e in events if e["kind"] == "fleet")
+    urgent = next(e for e in events if e["kind"] == "urgent")
+    assert fleet["at"] < urgent["at"] < fleet["at"] + fleet["duration_fraction"]
+    scenario = load_scenario(params, "ablation", 12.0)
+    runs = {p: run_policy(p, scenario, params, seed=7) for p in ("parfusion", "no-preemption")}
+    copies = [f"robot-mission-{k}" for k in range(2, fleet["count"] + 2)]
     start, end = (e.at_s for e in scenario.events if e.kind.startswith("fleet"))
     for run in runs.values():  # the copies are planned only while the fleet is there
         during = [t for t in run.ticks if start <= t.t_s < end]
