@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import statistics
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -34,7 +35,6 @@ from services.core.model import Decision, ServiceStats
 MIN_SAMPLES = 5
 CALIBRATION_GAIN = 0.2  # weight of one tick's observed/predicted ratio (log-space EWMA)
 CALIBRATION_SETTLE_TICKS = 8  # units and level unchanged this long before a tick counts
-CALIBRATION_STEADY = 0.2  # predictions of the settle window within +-20 % of each other
 CALIBRATION_MIN_COUNT = 50  # completed requests behind the observed percentile
 CORRECTION_MIN, CORRECTION_MAX = 0.25, 4.0
 CORRECTION_STEP = 0.01  # relative change of k that is handed out as a new ServiceStats
@@ -259,8 +259,9 @@ class Predictor:
         """Compare the tail latency the node observed for `intent_id` (the target percentile
         over its window, from `count` completed requests) with what `decision`, the plan it ran
         under, predicted; returns predicted / observed - 1 (None when there is nothing to
-        compare). The correction learns from the ratio only when the decision's units and level
-        have held CALIBRATION_SETTLE_TICKS ticks and its prediction stayed steady meanwhile.
+        compare). The correction learns only when the decision's units and level have held
+        CALIBRATION_SETTLE_TICKS ticks, from the observed tail over the median of the model's
+        predictions of those ticks.
 
         Call before planning, with the tick about to be planned: the decision was made with the
         k published then (ServiceStats.latency_correction), so the model's own prediction is
@@ -282,11 +283,11 @@ class Predictor:
         cal.last_tick = tick
         cal.recent.append(predicted / cal.published)  # the model's own, without k
         settled = min(tick - decision.since_tick, tick - decision.level_since_tick)
-        steady = len(cal.recent) == cal.recent.maxlen and max(cal.recent) <= min(cal.recent) * (
-            1.0 + CALIBRATION_STEADY
-        )
-        if settled >= CALIBRATION_SETTLE_TICKS and steady:
-            target = math.log(cal.published * observed_ms / predicted)
+        if settled >= CALIBRATION_SETTLE_TICKS and len(cal.recent) == cal.recent.maxlen:
+            # the observed percentile spans these ticks: it is compared with the median of the
+            # model's predictions over them, which a noisy tick (a service-time estimate near
+            # saturation) does not move
+            target = math.log(observed_ms / statistics.median(cal.recent))
             cal.log_k += self.calibration_gain * (target - cal.log_k)
             cal.log_k = min(max(cal.log_k, math.log(CORRECTION_MIN)), math.log(CORRECTION_MAX))
             cal.updates += 1

@@ -205,6 +205,30 @@ def test_calibration_waits_for_a_settled_allocation_and_enough_requests():
     assert p.calibrate("a", 60.0, 500, _decision(1e9, 50), 50) is None
 
 
+def test_one_noisy_prediction_does_not_move_the_correction():
+    """The observed tail spans many ticks: it is compared with the median of the model's
+    predictions over them, so a tick whose prediction jumped (a service-time estimate near
+    saturation) teaches nothing."""
+    p = _settled_predictor()
+    for tick in range(1, 100):
+        predicted = 300.0 if tick % 10 == 0 else 30.0
+        p.calibrate("a", 30.0, 500, _decision(predicted, tick), tick)
+    assert p.stats("a").latency_correction == 1.0
+
+
+def test_calibration_learns_through_predictions_that_swing_tick_to_tick():
+    """Near saturation the model's prediction swings by tens of percent from tick to tick (its
+    service-time estimate moves with every sample) while the node's tail, over a window of many
+    ticks, is steady at twice the model's typical value: the correction learns 2."""
+    p = _settled_predictor()
+    swing = (20.0, 30.0, 45.0, 25.0, 35.0, 30.0, 50.0, 28.0)  # median 30
+    for tick in range(1, 120):
+        k = p.stats("a").latency_correction
+        model_ms = swing[tick % len(swing)]
+        p.calibrate("a", 60.0, 500, _decision(k * model_ms, tick), tick)
+    assert p.stats("a").latency_correction == pytest.approx(2.0, rel=0.05)
+
+
 def test_calibration_learns_once_per_tick_and_stays_bounded():
     p = _settled_predictor()
     for tick in range(1, 200):

@@ -146,7 +146,9 @@ def test_stability_run_holds_make_runs_deadlines_without_flapping(tmp_path: Path
     json_path, md = stability_experiment.run(40.0, 1, tmp_path, progress=False)
     doc = json.loads(json_path.read_text())
     steady = doc["runs"]["steady"]
-    assert steady["stability"]["steady"]["flaps"] == 0
+    # at most the calibration's warm-up: it can step the ladder twice within 5 s while the
+    # node's window still holds the first level's requests (docs/experiments.md)
+    assert steady["stability"]["steady"]["flaps"] <= 1
     for intent_id, held in steady["deadlines_held"].items():
         assert held["steady"]["admitted_windows"] >= 10, intent_id
         assert held["steady"]["held_pct"] >= 95.0, (intent_id, held)
