@@ -21,7 +21,6 @@ clock, no I/O.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import math
 import statistics
@@ -186,7 +185,16 @@ class _Calibration:
             return stats
         fixed = self._stats
         if fixed is None or self._source is not stats or fixed.latency_correction != self.published:
-            fixed = self._stats = dataclasses.replace(stats, latency_correction=self.published)
+            # built field by field: dataclasses.replace costs about 2.5 us against 1 us, and a
+            # tick with new samples for 10,000 corrected intents builds 10,000 of these
+            fixed = self._stats = ServiceStats(
+                stats.mean_ms,
+                stats.p95_ms,
+                stats.p99_ms,
+                stats.count,
+                stats.observed_units,
+                self.published,
+            )
             self._source = stats
         return fixed
 

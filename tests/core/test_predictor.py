@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.core.model import Decision
+from services.core.model import Decision, ServiceStats
 from services.core.predictor import (
     CALIBRATION_SETTLE_TICKS,
     CORRECTION_MAX,
@@ -290,3 +290,16 @@ def test_kept_snapshot_follows_a_correction_learnt_without_new_samples() -> None
         p.calibrate("a", 60.0, 500, _decision(30.0, tick, since=0), tick)
     after = p.snapshot()["a"]
     assert after is p.stats("a") and after.latency_correction != before.latency_correction
+
+
+def test_the_corrected_stats_differ_from_the_regimes_in_the_correction_only() -> None:
+    """The corrected copy is built field by field (cheaper than dataclasses.replace): every
+    other field must come across, whatever ServiceStats holds."""
+    import dataclasses
+
+    from services.core.predictor import _Calibration
+
+    stats = ServiceStats(mean_ms=11.0, p95_ms=17.0, p99_ms=23.0, count=77, observed_units=3)
+    cal = _Calibration(published=1.7)
+    assert cal.corrected(stats) == dataclasses.replace(stats, latency_correction=1.7)
+    assert cal.corrected(stats) is cal.corrected(stats)  # kept while stats and k are the same
