@@ -238,12 +238,14 @@ def prediction_error_lines(rows: list[dict[str, Any]]) -> list[str]:
         lines.append(f"parfusion's, whole phase / second half (%): {'; '.join(cells)}.")
         signed = [r for r in ours if r.get("prediction_bias_late_pct") is not None]
         if signed:
-            cells = [
-                f"{int(r['load'] * 100)} % rep {r['repetition']}: "
-                f"{r['prediction_bias_late_pct']:+.1f} % at k = {r.get('latency_correction') or 1.0:.2f}"
-                + (" (its bound)" if (r.get("latency_correction") or 1.0) >= CORRECTION_MAX else "")
-                for r in sorted(signed, key=lambda r: (r["load"], r["repetition"]))
-            ]
+            cells = []
+            for r in sorted(signed, key=lambda r: (r["load"], r["repetition"])):
+                k = r.get("latency_correction") or 1.0
+                cells.append(
+                    f"{int(r['load'] * 100)} % rep {r['repetition']}: "
+                    f"{r['prediction_bias_late_pct']:+.1f} % at k = {k:.2f}"
+                    + (" (its bound)" if k >= CORRECTION_MAX else "")
+                )
             lines.append(
                 "parfusion's signed error over the second half (median predicted / observed - 1; "
                 f"below 0: predicted too low) and the correction k at the phase's end: "

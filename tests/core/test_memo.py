@@ -107,11 +107,7 @@ def test_memo_chain_equals_a_fresh_policy_every_tick(name, data):
 
 
 def test_unchanged_rows_keep_their_decision_objects():
-    specs = tuple(
-        IntentSpec(id=f"i{k}", name=f"w{k}", workload_class=cls, deadline_ms=dl, min_units=2,
-                   max_units=5, seq=k)
-        for k, (cls, dl) in enumerate([("ONLINE", 40.0), ("BATCH", 0.0), ("ROBOT", 30.0)])
-    )  # fmt: skip
+    specs = _three_specs()
     kept = get_policy("parfusion")
     r1 = kept.allocate(PlanInput(intents=specs, node=_node(12), tick=10))
     r2 = kept.allocate(PlanInput(intents=specs, node=_node(12), previous=r1.by_id(), tick=11))
@@ -131,13 +127,7 @@ def test_rows_keep_their_decisions_and_texts_when_intents_come_and_go():
     """Rows are matched to last tick's by intent id: with an intent added, or a dropped one
     moving every later row up, each row whose Decision (or text) is unchanged keeps the very
     object it had."""
-    specs = tuple(
-        IntentSpec(id=f"i{k}", name=f"w{k}", workload_class=cls, deadline_ms=dl, min_units=2,
-                   max_units=5, seq=k)
-        for k, (cls, dl) in enumerate([("ONLINE", 40.0), ("BATCH", 0.0), ("ROBOT", 30.0)])
-    )  # fmt: skip
-    added = IntentSpec(id="n", name="new", workload_class="ONLINE", deadline_ms=35.0,
-                       min_units=2, max_units=5, seq=9)  # fmt: skip
+    specs, added = _three_specs(), _ADDED
     kept = get_policy("parfusion")
     r1 = kept.allocate(PlanInput(intents=specs, node=_node(64), tick=1))
     texts1 = kept.memo.reasons.texts  # type: ignore[union-attr]
@@ -319,6 +309,20 @@ def test_changed_from_on_appended_ids_keeps_the_old_rows():
     assert changed.tolist() == [False, False, True] and src.tolist() == [0, 1, -1]
 
 
+def _three_specs() -> tuple[IntentSpec, ...]:
+    """An ONLINE, a BATCH and a ROBOT intent, 2-5 units each."""
+    return tuple(
+        IntentSpec(id=f"i{k}", name=f"w{k}", workload_class=cls, deadline_ms=dl, min_units=2,
+                   max_units=5, seq=k)
+        for k, (cls, dl) in enumerate([("ONLINE", 40.0), ("BATCH", 0.0), ("ROBOT", 30.0)])
+    )  # fmt: skip
+
+
+_ADDED = IntentSpec(
+    id="n", name="new", workload_class="ONLINE", deadline_ms=35.0, min_units=2, max_units=5, seq=9
+)  # an intent submitted after the three
+
+
 def _node(units: int) -> NodeState:
     return NodeState(name="n", cpu_units=units, cpu_ids=tuple(range(units)))
 
@@ -327,13 +331,7 @@ def test_previous_columns_come_from_the_memo_when_intents_were_appended():
     """Under a stream of submits every tick's rows are last tick's plus new ones: the previous
     plan's units and dwell ticks are last tick's columns with zeros appended, equal to reading
     them Decision by Decision; a previous plan from elsewhere is not taken from the memo."""
-    specs = tuple(
-        IntentSpec(id=f"i{k}", name=f"w{k}", workload_class=cls, deadline_ms=dl, min_units=2,
-                   max_units=5, seq=k)
-        for k, (cls, dl) in enumerate([("ONLINE", 40.0), ("BATCH", 0.0), ("ROBOT", 30.0)])
-    )  # fmt: skip
-    added = IntentSpec(id="n", name="new", workload_class="ONLINE", deadline_ms=35.0,
-                       min_units=2, max_units=5, seq=9)  # fmt: skip
+    specs, added = _three_specs(), _ADDED
     kept = get_policy("parfusion")
     r1 = kept.allocate(PlanInput(intents=specs, node=_node(64), tick=1))
     last = kept.memo.last
