@@ -13,7 +13,9 @@ services' memory again. Reported, per size:
   and the period between plans as the WatchPlans streams saw them (created_at), p50 / p99;
 - stale: plans of the window that said node_stale;
 - RPC latency p50 / p99 of SubmitIntent and GetPlan (its reply taken as bytes, unparsed),
-  calls made / failed; with `--get-plan conditional` every GetPlan names the generation of the
+  calls made / failed, and the allocator's own handling time of each (p99 from its
+  parfusion_grpc_request_duration_seconds histogram: what the client sees less the transport and
+  this harness's own process); with `--get-plan conditional` every GetPlan names the generation of the
   last reply (`known_generation`), as a poller would, and gets the plans only when they changed;
 - WatchPlans: plans received per stream against ticks made, generations skipped;
 - bytes per tick on each link (allocator <-> nodeagent, allocator <-> gpulane, from
@@ -124,23 +126,51 @@ def scrape(url: str) -> dict[str, float]:
     return series
 
 
-def histogram_quantile(before: dict[str, float], after: dict[str, float], q: float) -> float:
-    """q-quantile of parfusion_allocator_tick_duration_seconds between two scrapes."""
-    prefix = "parfusion_allocator_tick_duration_seconds_bucket{le="
-    buckets = sorted(
-        (float(k[len(prefix) + 1 : -2]), after[k] - before.get(k, 0.0))
-        for k in after
-        if k.startswith(prefix) and '"+Inf"' not in k
-    )
-    total = after.get(prefix + '"+Inf"}', 0.0) - before.get(prefix + '"+Inf"}', 0.0)
+TICK_HISTOGRAM = "parfusion_allocator_tick_duration_seconds"
+RPC_HISTOGRAM = "parfusion_grpc_request_duration_seconds"
+ALLOCATOR_SERVICE = "AllocatorService"
+
+
+def histogram_quantile(
+    before: dict[str, float],
+    after: dict[str, float],
+    q: float,
+    name: str = TICK_HISTOGRAM,
+    labels: str = "",
+) -> float:
+    """q-quantile of histogram `name` (the series whose other labels are `labels`, as the
+    exposition writes them after le: 'method="X",service="Y"') between two scrapes."""
+    tail = f",{labels}}}" if labels else "}"
+    prefix = f'{name}_bucket{{le="'
+    buckets = []
+    total = 0.0
+    for key, value in after.items():
+        if not (key.startswith(prefix) and key.endswith(tail)):
+            continue
+        le = key[len(prefix) : -len(tail) - 1]
+        count = value - before.get(key, 0.0)
+        if le == "+Inf":
+            total = count
+        else:
+            buckets.append((float(le), count))
     if total <= 0:
         return float("nan")
     rank, lower, below = q * total, 0.0, 0.0
-    for upper, count in buckets:
+    for upper, count in sorted(buckets):
         if count >= rank:
             return lower + (upper - lower) * (rank - below) / max(count - below, 1e-12)
         lower, below = upper, count
     return float("inf")  # beyond the last finite bucket
+
+
+def handling_ms(before: dict[str, float], after: dict[str, float], method: str) -> dict[str, float]:
+    """The allocator's own handling time of `method` (its RPC histogram), p50 / p99 in ms: what
+    the server spent, against the client's latency that adds the transport and this harness."""
+    labels = f'method="{method}",service="{ALLOCATOR_SERVICE}"'
+    return {
+        f"p{round(q * 100)}_ms": histogram_quantile(before, after, q, RPC_HISTOGRAM, labels) * 1e3
+        for q in (0.5, 0.99)
+    }
 
 
 def drive(rate: float, seconds: float, start_call: Callable[[int], tuple[float, Any]]) -> int:
@@ -343,6 +373,10 @@ def measure(stack: Any, home: Path, intents: list[Any], args: argparse.Namespace
         "watch_bytes_per_plan": statistics.fmean(p[3] for p in window_plans) if window_plans else 0,
         "submit": latency_row(submits),
         "get_plan": latency_row(plans),
+        "server_ms": {
+            "submit": handling_ms(before, after, "SubmitIntent"),
+            "get_plan": handling_ms(before, after, "GetPlan"),
+        },
         "get_plan_mode": args.get_plan,
         "bytes_per_tick": {
             f"{peer}_{direction}": per_tick(peer, direction)
@@ -383,21 +417,21 @@ def table(rows: list[dict[str, Any]]) -> str:
         return f" ({get(row) / get(idle):.1f}x)"
 
     lines = [
-        "| intents | tick p50 / p99 ms | period p99 ms | stale | Submit p50 / p99 ms "
-        "| GetPlan p50 / p99 ms | watch plans / ticks | bytes/tick agent out / in "
+        "| intents | tick p50 / p99 ms | period p99 ms | stale | Submit p50 / p99 ms (server p99) "
+        "| GetPlan p50 / p99 ms (server p99) | watch plans / ticks | bytes/tick agent out / in "
         "| bytes/tick gpulane out / in | CPU % alloc / agent / gpulane "
         "| RSS MB alloc / agent: start, peak, after delete |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
-        b, cpu, rss = r["bytes_per_tick"], r["cpu_percent"], r["rss_mb"]
+        b, cpu, rss, server = r["bytes_per_tick"], r["cpu_percent"], r["rss_mb"], r["server_ms"]
         lines.append(
             f"| {r['intents']:,} | {r['tick_ms']['p50']:.0f} / {r['tick_ms']['p99']:.0f}"
             f"{ratio(r, lambda x: x['tick_ms']['p99'])} | {r['period_ms']['p99']:.0f} "
             f"| {r['stale_plans']} | {r['submit']['p50_ms']:.1f} / {r['submit']['p99_ms']:.1f}"
-            f"{ratio(r, lambda x: x['submit']['p99_ms'])} "
+            f"{ratio(r, lambda x: x['submit']['p99_ms'])} ({server['submit']['p99_ms']:.1f}) "
             f"| {r['get_plan']['p50_ms']:.1f} / {r['get_plan']['p99_ms']:.1f}"
-            f"{ratio(r, lambda x: x['get_plan']['p99_ms'])} "
+            f"{ratio(r, lambda x: x['get_plan']['p99_ms'])} ({server['get_plan']['p99_ms']:.1f}) "
             f"| {r['watched_plans'] / max(r['watchers'], 1):.0f} / {r['ticks']} "
             f"| {b['nodeagent_sent']:,.0f} / {b['nodeagent_received']:,.0f} "
             f"| {b['gpulane_sent']:,.0f} / {b['gpulane_received']:,.0f} "

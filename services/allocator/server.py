@@ -44,7 +44,7 @@ MAX_ARRIVAL_RATE_SCALE = 1000.0
 # How long the tick thread may hold the interpreter lock before a waiting RPC thread gets it
 # (CPython's default is 5 ms): every wait of a handler behind a tick in progress costs up to
 # this, several times per call, so a shorter interval bounds RPC latency during a long tick.
-GIL_SWITCH_INTERVAL_S = 0.001
+GIL_SWITCH_INTERVAL_S = 0.0002
 
 
 @dataclass

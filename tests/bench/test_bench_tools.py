@@ -3,11 +3,15 @@ the figures themselves are for docs/performance.md, not asserted here)."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import math
 import re
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -88,3 +92,49 @@ def test_bench_submit_drives_every_method_without_errors(tmp_path: Path) -> None
     figures = json.loads((tmp_path / "submit.json").read_text())
     assert figures["submit"]["calls"] > 0 and figures["empty_in_pool"]["errors"] == 0
     assert figures["ratio"] > 0
+
+
+def test_histogram_quantile_reads_one_labelled_series_between_scrapes() -> None:
+    """The quantile comes from the named series only (other methods' buckets are ignored) and
+    from the difference between the two scrapes, interpolated inside its bucket."""
+    spec = importlib.util.spec_from_file_location("bench_system", ROOT / "bench/bench_system.py")
+    assert spec is not None and spec.loader is not None
+    bench_system = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("bench_system", bench_system)  # its dataclasses look themselves up
+    spec.loader.exec_module(bench_system)
+    name, submit = bench_system.RPC_HISTOGRAM, 'method="SubmitIntent",service="AllocatorService"'
+    other = 'method="GetPlan",service="AllocatorService"'
+
+    def scrape(counts: dict[str, list[float]]) -> dict[str, float]:
+        series = {}
+        for labels, cumulative in counts.items():
+            for le, count in zip(("0.01", "0.02", "0.05", "+Inf"), cumulative, strict=True):
+                series[f'{name}_bucket{{le="{le}",{labels}}}'] = count
+        return series
+
+    before = scrape({submit: [5, 5, 5, 5], other: [0, 0, 0, 0]})
+    # 100 new SubmitIntent calls: 50 below 10 ms, 40 in (10, 20], 10 in (20, 50]
+    after = scrape({submit: [55, 95, 105, 105], other: [0, 0, 0, 1000]})
+    quantile = bench_system.histogram_quantile
+    assert quantile(before, after, 0.5, name, submit) == 0.01
+    assert abs(quantile(before, after, 0.7, name, submit) - 0.015) < 1e-9
+    assert abs(quantile(before, after, 0.99, name, submit) - 0.047) < 1e-9
+    assert quantile(before, after, 0.5, name, other) == float("inf")  # all beyond 50 ms
+    assert math.isnan(quantile(before, before, 0.5, name, submit))  # no calls in between
+
+
+@pytest.mark.slow
+def test_bench_system_drives_the_real_stack_and_reports_every_column(tmp_path: Path) -> None:
+    """A short run of the whole stack (real services, modeled node): every call answered, plans
+    fresh, the allocator's own handling time read from its histogram beside the client's."""
+    out = _run(
+        "bench/bench_system.py", "--intents", "20", "--seconds", "2", "--settle", "1",
+        "--rate", "40", "--json", str(tmp_path / "system.json"),
+    )  # fmt: skip
+    row = json.loads((tmp_path / "system.json").read_text())[0]
+    assert row["intents"] == 20 and row["ticks"] > 0 and row["stale_plans"] == 0
+    for call in ("submit", "get_plan"):
+        assert row[call]["ok"] == 80 and row[call]["failed"] == 0
+        server = row["server_ms"][call]
+        assert 0 < server["p50_ms"] <= server["p99_ms"] < 1e3
+    assert re.search(r"^\| 20 \| .*\(\d+\.\d\) \| .*\(\d+\.\d\) \|", out, re.M), out
