@@ -9,11 +9,13 @@ temporary directory laid out like cgroupfs.
 
 from __future__ import annotations
 
-import json
+import functools
 import os
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
+
+import msgspec
 
 from services.common.errors import FailedPrecondition, InvalidArgument, PermissionDenied
 
@@ -42,6 +44,12 @@ class GroupPlan:
     cpu_max: str
     cpuset_cpus: str
     pids: tuple[int, ...] = ()
+
+    @functools.cached_property
+    def entries(self) -> list[dict[str, str]]:
+        """writes() as the plan record lists them, made once per group: a plan record at 10,000
+        intents lists every group again whenever one of them changed."""
+        return [{"file": f, "value": v} for f, v in self.writes()]
 
     def writes(self) -> list[tuple[str, str]]:
         """(file relative to the root, value): what a delegated writer does for this group."""
@@ -162,21 +170,23 @@ def plan_group(
 
 
 def record(record: CgroupRecord, path: Path) -> Path:
-    """Write the plan as JSON (atomically: readers never see half a plan)."""
+    """Write the plan as JSON (atomically: readers never see half a plan). Encoded by msgspec:
+    at 10,000 intents the json module took about 0.3 s for the 4.7 MB this writes."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    if record.written:
+        writes = [{"file": f, "value": v} for f, v in record.written]
+    else:
+        writes = [entry for g in record.groups for entry in g.entries]
     doc = {
         "generation": record.generation,
         "mode": record.mode,
-        "detection": asdict(record.detection),
-        "groups": [asdict(g) for g in record.groups],
-        "would_write" if record.mode == "dry-run" else "written": [
-            {"file": f, "value": v}
-            for f, v in (record.written or [w for g in record.groups for w in g.writes()])
-        ],
+        "detection": record.detection,
+        "groups": record.groups,
+        "would_write" if record.mode == "dry-run" else "written": writes,
         "errors": record.errors,
     }
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(doc, indent=2))
+    tmp.write_bytes(msgspec.json.format(msgspec.json.encode(doc), indent=2))
     os.replace(tmp, path)
     return path
 

@@ -1,14 +1,15 @@
 """A NodePlan as the real backend's pool specs: checked, capped and paced before anything runs.
 
 ``pool_spec`` turns one allocation into its pool's spec (service time per degradation level,
-cpu set clipped to the arena, cgroup plan); ``capped`` applies nodeagent.max_workers (deadline
-classes keep workers first) and scales online arrivals into nodeagent.max_load_fraction;
-``batch_duty`` paces batch workers into what online work leaves of that fraction.
+cpu set clipped to the arena, cgroup plan); ``worker_cuts`` applies nodeagent.max_workers
+(deadline classes keep workers first), ``arrival_scale`` scales the online arrivals of the pools
+that have workers into nodeagent.max_load_fraction, and ``batch_duty`` paces batch workers into
+what online work leaves of that fraction.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from parfusion.v1 import intent_pb2
@@ -89,51 +90,44 @@ def pool_spec(
     )
 
 
-def capped(
-    specs: list[PoolSpec], max_workers: int, cap_cores: float, generating: bool
-) -> list[PoolSpec]:
-    """Worker cap across pools (max_workers), deadline classes first; while arrivals are
-    generated, the online pools' offered load scaled into cap_cores."""
-    left = max_workers
-    out: dict[str, PoolSpec] = {}
+def worker_cuts(specs: Iterable[PoolSpec], max_workers: int) -> dict[str, int]:
+    """The worker cap across pools (max_workers), deadline classes first: the intents it cuts,
+    with the workers each keeps (the others keep what their allocation asks)."""
+    by_class: dict[str, list[PoolSpec]] = {cls: [] for cls in CAP_ORDER}
+    for spec in specs:
+        if spec.workers:
+            by_class[spec.workload_class].append(spec)
+    left, cuts = max_workers, {}
     for cls in CAP_ORDER:
-        for spec in (s for s in specs if s.workload_class == cls):
+        for spec in by_class[cls]:
             workers = min(spec.workers, left)
             left -= workers
-            note = spec.note
             if workers < spec.workers:
-                note = "; ".join(
-                    filter(None, [note, f"capped to {workers} workers by nodeagent.max_workers"])
-                )
-            out[spec.intent_id] = replace(spec, workers=workers, note=note)
-    capped = [out[s.intent_id] for s in specs]
-    online_load = sum(s.rate_per_s * s.service_ms / 1000.0 for s in capped if s.kind == "online")
-    if generating and online_load > cap_cores > 0:
-        scale = cap_cores / online_load
-        capped = [
-            replace(
-                s,
-                rate_per_s=s.rate_per_s * scale,
-                note="; ".join(
-                    filter(
-                        None,
-                        [
-                            s.note,
-                            f"arrival rate scaled x{scale:.2f} by nodeagent.max_load_fraction",
-                        ],
-                    )
-                ),
-            )
-            if s.kind == "online"
-            else s
-            for s in capped
-        ]
-    return capped
+                cuts[spec.intent_id] = workers
+    return cuts
 
 
-def batch_duty(specs: list[PoolSpec], cap_cores: float) -> float:
+def cut(spec: PoolSpec, workers: int) -> PoolSpec:
+    """The spec with the workers the cap leaves it, saying so."""
+    note = f"capped to {workers} workers by nodeagent.max_workers"
+    return replace(spec, workers=workers, note="; ".join(filter(None, [spec.note, note])))
+
+
+def offered_load(spec: PoolSpec) -> float:
+    """Cores' worth of requests an online pool is offered (0 for batch)."""
+    return spec.rate_per_s * spec.service_ms / 1000.0 if spec.kind == "online" else 0.0
+
+
+def arrival_scale(online_load: float, cap_cores: float) -> float:
+    """The factor on online arrival rates that keeps their load within cap_cores."""
+    return cap_cores / online_load if online_load > cap_cores > 0 else 1.0
+
+
+def scale_note(scale: float) -> str:
+    return f"arrival rate scaled x{scale:.2f} by nodeagent.max_load_fraction"
+
+
+def batch_duty(online_load: float, batch_workers: int, cap_cores: float) -> float:
     """Batch duty so online + batch stay within cap_cores (max_load_fraction of the arena)."""
-    online_load = sum(s.rate_per_s * s.service_ms / 1000.0 for s in specs if s.kind == "online")
-    batch_workers = sum(s.workers for s in specs if s.kind == "batch")
     duty = 1.0 if batch_workers == 0 else (cap_cores - online_load) / batch_workers
     return max(MIN_BATCH_DUTY, min(1.0, duty))

@@ -4,8 +4,9 @@ Each allocation maps to one pool (ONLINE/ROBOT/URGENT: requests from an open-loo
 generator at the intent's rate; BATCH: Amdahl GEMM jobs). Apply validates the whole plan
 before touching anything, caps the synthetic load (nodeagent.max_workers,
 max_load_fraction), resizes pools, enforces CPU set / nice / scheduling policy on the
-workers, and records (dry-run) or writes (delegated) the cgroup v2 plan. Urgent requests
-hold batch items back at the item boundary while they run.
+workers, and records (dry-run) or writes (delegated) the cgroup v2 plan. A plan delta
+(apply_changes) touches only the pools whose spec or cap changed and those with workers.
+Urgent requests hold batch items back at the item boundary while they run.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import math
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -26,7 +27,17 @@ from services.nodeagent import cgroupfs, osctl, procfs
 from services.nodeagent.allocation import check_unique
 from services.nodeagent.backend import BackendOptions, next_generation
 from services.nodeagent.latency import LatencyBook
-from services.nodeagent.poolplan import BATCH_ITEM_MS, PoolSpec, batch_duty, capped, pool_spec
+from services.nodeagent.poolplan import (
+    BATCH_ITEM_MS,
+    PoolSpec,
+    arrival_scale,
+    batch_duty,
+    cut,
+    offered_load,
+    pool_spec,
+    scale_note,
+    worker_cuts,
+)
 from services.nodeagent.pools import Completion, OsKnobs, WorkerPool, measure_rep_ms
 from services.nodeagent.sources import AmdahlJobSource, RequestSource, Task
 
@@ -60,7 +71,7 @@ class IntentRuntime:
             on_start=backend.preempt_batch if urgent else None,
             on_finish=backend.release_batch if urgent else None,
         )
-        self.rate_per_s = 0.0
+        self.rate_per_s = 0.0  # as the plan offers it; arrivals come at the backend's scale
         self.service_ms = spec.service_ms
         self.next_arrival = time.monotonic()
         self.spec = spec
@@ -102,6 +113,18 @@ class RealBackend:
         self._lock = threading.RLock()
         self._intents: dict[str, IntentRuntime] = {}
         self._stopping: list[IntentRuntime] = []
+        # the plan in force (uncapped specs, plan order), the cap's cuts, the intents whose pools
+        # the plan gives workers, and the arrival scale: apply_changes looks again only at what
+        # moves among these
+        self._specs: dict[str, PoolSpec] = {}
+        self._cuts: dict[str, int] = {}
+        self._active: set[str] = set()
+        self._scale = 1.0
+        # pools that have or may have had workers since they were last seen empty and drained:
+        # the only ones with samples, processes or a size that moves between plans
+        self._live: set[str] = set()
+        self._pools_changed: set[str] = set()  # since the loop's last telemetry
+        self._groups: dict[str, cgroupfs.GroupPlan] = {}  # as last recorded, pids included
         self._preempted: dict[int, list[AmdahlJobSource]] = {}
         self._generation = 0
         self._stress: WorkerPool | None = None
@@ -122,7 +145,6 @@ class RealBackend:
             mount_override=options.cgroup_root,
         )
         self._plan_path = options.run_dir / "nodeagent" / "cgroup-plan.json"
-        self._last_groups: list[cgroupfs.GroupPlan] | None = None
         self._running = threading.Event()
         self._running.set()
         self._arrivals = threading.Thread(target=self._arrival_loop, name="arrivals", daemon=True)
@@ -140,78 +162,128 @@ class RealBackend:
 
     # -- plan ---------------------------------------------------------------------------------
     def apply(self, plan: intent_pb2.NodePlan) -> list[nodeagent_pb2.AppliedAllocation]:
+        """The whole plan: a pool for every allocation in it, none for any other intent."""
+        specs = self._specs_of(plan)
+        with self._lock:
+            return self._install({s.intent_id: s for s in specs}, specs, plan.generation)
+
+    def apply_changes(
+        self, plan: intent_pb2.NodePlan, removed: Sequence[str]
+    ) -> list[nodeagent_pb2.AppliedAllocation]:
+        """A plan delta: ``plan`` holds the allocations that changed, ``removed`` the intents that
+        left; every other intent keeps its allocation. All or nothing, like apply. What it costs
+        follows the change and the pools that have workers, not the intents that exist."""
+        specs = self._specs_of(plan)
+        with self._lock:
+            held = dict(self._specs)
+            for intent_id in removed:
+                held.pop(intent_id, None)
+            held.update((s.intent_id, s) for s in specs)
+            return self._install(held, specs, plan.generation)
+
+    def _specs_of(self, plan: intent_pb2.NodePlan) -> list[PoolSpec]:
+        """Every allocation checked before anything is touched."""
         specs = [
             pool_spec(i, a, self.machine_cpus, self.arena, self.options.default_service_ms)
             for i, a in enumerate(plan.allocations)
         ]
-        ids = [s.intent_id for s in specs]
-        check_unique(ids)
-        specs = capped(specs, self.options.max_workers, self._cap_cores, self._generate)
-        with self._lock:
-            changed = {
-                s.intent_id
-                for s in specs
-                if s.intent_id in self._intents and self._intents[s.intent_id].spec.kind != s.kind
-            }
-            for gone in (set(self._intents) - set(ids)) | changed:
-                old = self._intents.pop(gone)
-                self._stopping.append(old)
-                threading.Thread(target=self._retire, args=(old,), daemon=True).start()
-            for spec in specs:
-                n = BATCH_N if spec.kind == "batch" else ONLINE_N
-                reps = max(1, round(spec.service_ms / self._rep_ms[n]))
-                runtime = self._intents.get(spec.intent_id) or IntentRuntime(spec, n, reps, self)
-                if spec.intent_id not in self._intents:
-                    self._intents[spec.intent_id] = runtime
-                runtime.pool.reps = reps
-                runtime.book.deadline_ms = spec.deadline_ms
-                runtime.service_ms = spec.service_ms
-                if runtime.rate_per_s == 0 and spec.rate_per_s > 0:
-                    runtime.next_arrival = time.monotonic()
-                runtime.rate_per_s = spec.rate_per_s
-                runtime.spec = spec
-                runtime.pool.set_knobs(spec.knobs)
-                runtime.pool.resize(spec.workers)
-            self._pace(specs)
-            self._generation = next_generation(plan.generation, self._generation)
-            self._cgroups(specs)
-            return [
-                nodeagent_pb2.AppliedAllocation(
-                    intent_id=s.intent_id,
-                    workers=self._intents[s.intent_id].pool.size,
-                    cpu_set=list(s.knobs.cpu_set),
-                    nice=s.knobs.nice,
-                    cgroup_mode=self._cgroup_mode(),
-                    note="; ".join(
-                        filter(
-                            None, [s.note, self._intents[s.intent_id].pool.last_enforcement_error]
-                        )
-                    ),
-                )
-                for s in specs
-            ]
+        check_unique([s.intent_id for s in specs])
+        return specs
 
-    def _pace(self, specs: list[PoolSpec]) -> None:
-        """Batch duty so online + batch stay within max_load_fraction of the arena."""
-        if not self._pace_batch:
-            return
-        duty = batch_duty(specs, self._cap_cores)
-        for s in specs:
-            if s.kind == "batch":
-                self._intents[s.intent_id].pool.duty = duty
+    def _install(
+        self, held: dict[str, PoolSpec], changed: list[PoolSpec], generation: int
+    ) -> list[nodeagent_pb2.AppliedAllocation]:
+        """Make the pools match ``held`` (the plan in force, uncapped), looking again only at the
+        intents whose spec or cut changed and at the pools that have or had workers."""
+        cuts = worker_cuts(held.values(), self.options.max_workers)
+        active = {i for i, spec in held.items() if cuts.get(i, spec.workers) > 0}
+        online_load = sum(offered_load(held[i]) for i in active)
+        scale = arrival_scale(online_load, self._cap_cores) if self._generate else 1.0
+        look = {s.intent_id for s in changed} | active | self._active
+        look.update(i for i in cuts.keys() | self._cuts.keys() if cuts.get(i) != self._cuts.get(i))
+        gone = [i for i in self._intents if i not in held]
+        gone += [
+            i
+            for i in look
+            if i in self._intents and i in held and self._intents[i].spec.kind != held[i].kind
+        ]
+        for intent_id in gone:
+            self._retire(self._intents.pop(intent_id))
+            self._live.discard(intent_id)
+            self._groups.pop(intent_id, None)
+        batch_workers = sum(cuts.get(i, held[i].workers) for i in active if held[i].kind == "batch")
+        duty = (
+            batch_duty(online_load * scale, batch_workers, self._cap_cores)
+            if self._pace_batch
+            else 1.0
+        )
+        first = [s.intent_id for s in changed]  # in plan order, then the others looked at
+        for intent_id in [*first, *sorted(look.difference(first))]:
+            spec = held.get(intent_id)
+            if spec is None:
+                continue
+            if intent_id in cuts:
+                spec = cut(spec, cuts[intent_id])
+            self._update(spec, duty)
+        self._specs, self._cuts, self._active, self._scale = held, cuts, active, scale
+        self._live |= active
+        self._pools_changed |= look
+        self._generation = next_generation(generation, self._generation)
+        self._cgroups(look, bool(gone))
+        return [self._applied(s.intent_id) for s in changed]
+
+    def _update(self, spec: PoolSpec, duty: float) -> None:
+        """One pool to its (capped) spec: kernel size, knobs, workers, arrival rate, duty."""
+        n = BATCH_N if spec.kind == "batch" else ONLINE_N
+        reps = max(1, round(spec.service_ms / self._rep_ms[n]))
+        runtime = self._intents.get(spec.intent_id)
+        if runtime is None:
+            runtime = self._intents[spec.intent_id] = IntentRuntime(spec, n, reps, self)
+        runtime.pool.reps = reps
+        runtime.book.deadline_ms = spec.deadline_ms
+        runtime.service_ms = spec.service_ms
+        if runtime.rate_per_s == 0 and spec.rate_per_s > 0:
+            runtime.next_arrival = time.monotonic()
+        runtime.rate_per_s = spec.rate_per_s
+        runtime.spec = spec
+        if spec.kind == "batch":
+            runtime.pool.duty = duty
+        runtime.pool.set_knobs(spec.knobs)
+        runtime.pool.resize(spec.workers)  # also replaces a worker that was lost
+
+    def _applied(self, intent_id: str) -> nodeagent_pb2.AppliedAllocation:
+        runtime = self._intents[intent_id]
+        spec = runtime.spec
+        scaled = scale_note(self._scale) if spec.kind == "online" and self._scale < 1 else ""
+        return nodeagent_pb2.AppliedAllocation(
+            intent_id=intent_id,
+            workers=runtime.pool.size,
+            cpu_set=list(spec.knobs.cpu_set),
+            nice=spec.knobs.nice,
+            cgroup_mode=self._cgroup_mode(),
+            note="; ".join(filter(None, [spec.note, scaled, runtime.pool.last_enforcement_error])),
+        )
 
     def _cgroup_mode(self) -> str:
         if self._writer is not None:
             return "delegated"
         return "dry-run" if self.detection.unified else "unavailable"
 
-    def _cgroups(self, specs: list[PoolSpec]) -> None:
-        groups = [
-            replace(s.group, pids=tuple(self._intents[s.intent_id].pool.pids())) for s in specs
-        ]
-        if groups == self._last_groups:
+    def _cgroups(self, look: set[str], removed: bool) -> None:
+        """Record (dry-run) or write (delegated) the groups when one changed: its spec or pids."""
+        changed: list[cgroupfs.GroupPlan] = []
+        for intent_id in look:
+            runtime = self._intents.get(intent_id)
+            if runtime is None:
+                continue
+            pids = tuple(runtime.pool.pids())
+            group = replace(runtime.spec.group, pids=pids) if pids else runtime.spec.group
+            if self._groups.get(intent_id) != group:
+                self._groups[intent_id] = group
+                changed.append(group)
+        if not changed and not removed:
             return  # same groups, same pids: nothing to record or write (plans arrive every tick)
-        self._last_groups = groups
+        groups = [self._groups[i] for i in self._specs if i in self._groups]
         rec = cgroupfs.CgroupRecord(
             generation=self._generation,
             mode=self._cgroup_mode(),
@@ -220,7 +292,7 @@ class RealBackend:
         )
         if self._writer is not None:
             owned = self.owned_pids()
-            for g in groups:
+            for g in changed:
                 try:
                     rec.written.extend(self._writer.apply(g, owned))
                 except (DomainError, OSError) as exc:
@@ -236,7 +308,7 @@ class RealBackend:
             return
         with self._lock:
             held = [
-                r.source for r in self._intents.values() if isinstance(r.source, AmdahlJobSource)
+                r.source for r in self._live_runtimes() if isinstance(r.source, AmdahlJobSource)
             ]
             self._preempted[id(task)] = held
         for source in held:
@@ -255,7 +327,7 @@ class RealBackend:
             with self._lock:
                 runtimes = [
                     r
-                    for r in self._intents.values()
+                    for r in self._live_runtimes()
                     if isinstance(r.source, RequestSource) and r.rate_per_s > 0
                 ]
             for r in runtimes:
@@ -267,12 +339,18 @@ class RealBackend:
                     r.serving = True
                     r.next_arrival = time.monotonic()
                 due: list[float] = []
+                rate = self.arrival_rate(r)
                 while r.next_arrival < horizon:
-                    r.next_arrival += self._rng.expovariate(r.rate_per_s)
+                    r.next_arrival += self._rng.expovariate(rate)
                     due.append(r.next_arrival)
                 assert isinstance(r.source, RequestSource)
                 r.source.schedule(due)
             time.sleep(ARRIVAL_HORIZON_S / 2)
+
+    def arrival_rate(self, runtime: IntentRuntime) -> float:
+        """Requests per second the generator sends to this pool: the plan's rate, scaled with
+        every other online pool that has workers into nodeagent.max_load_fraction."""
+        return runtime.rate_per_s * self._scale
 
     def source(self, intent_id: str) -> RequestSource | AmdahlJobSource:
         """The work source of one intent's pool (the co-run benchmark schedules into it)."""
@@ -337,13 +415,23 @@ class RealBackend:
         now = time.monotonic()
         with self._lock:
             tel.plan_generation = self._generation
-            runtimes = list(self._intents.values())
+            if changed_pools_only:
+                # the pools a plan touched since the last such reply, and those with workers
+                ids = (self._pools_changed | self._live) & self._intents.keys()
+                pools = [self._intents[i] for i in sorted(ids)]
+                if drain:  # only the draining reader (the loop) moves what counts as reported
+                    self._pools_changed = set()
+            else:
+                pools = list(self._intents.values())
+            # samples come only from pools that had workers
+            sampling = self._live_runtimes() if sampled_only else list(self._intents.values())
             if self._disturbance is not None and now < self._disturbance_until:
                 tel.active_disturbance.CopyFrom(self._disturbance)
                 tel.disturbance_remaining_s = self._disturbance_until - now
-        for r in runtimes:
+        for r in sampling:
             if not sampled_only or r.book.has_samples:
                 tel.latencies.append(r.book.summary(drain=drain))
+        for r in pools:
             knobs = r.pool.knobs
             tel.pools.append(
                 telemetry_pb2.PoolStatus(
@@ -358,7 +446,21 @@ class RealBackend:
                     sched_policy=knobs.sched_policy,
                 )
             )
+        if drain:
+            self._forget_idle()
         return tel
+
+    def _forget_idle(self) -> None:
+        """Pools the plan gives no workers, whose processes are gone and whose samples were
+        read, leave the live set: nothing about them moves until a plan touches them."""
+        with self._lock:
+            for r in self._live_runtimes():
+                if (
+                    r.intent_id not in self._active
+                    and not r.book.has_samples
+                    and not r.pool.all_pids()
+                ):
+                    self._live.discard(r.intent_id)
 
     def pool_ids(self) -> set[str]:
         with self._lock:
@@ -378,7 +480,7 @@ class RealBackend:
         if not 0.0 < d.duration_s <= 600.0:
             raise InvalidArgument("must be in (0, 600]", field="disturbance.duration_s")
         with self._lock:
-            used = sum(r.pool.size for r in self._intents.values())
+            used = sum(r.pool.size for r in self._live_runtimes())
             workers = min(
                 math.ceil(d.cpu_pressure * len(self.arena)), max(0, self.options.max_workers - used)
             )
@@ -412,12 +514,24 @@ class RealBackend:
     # -- ownership and lifecycle --------------------------------------------------------------
     def owned_pids(self) -> set[int]:
         with self._lock:
-            pools = [r.pool for r in [*self._intents.values(), *self._stopping]]
+            pools = [r.pool for r in [*self._live_runtimes(), *self._stopping]]
             if self._stress is not None:
                 pools.append(self._stress)
         return set().union(*(p.all_pids() for p in pools)) if pools else set()
 
+    def _live_runtimes(self) -> list[IntentRuntime]:
+        return [self._intents[i] for i in sorted(self._live) if i in self._intents]
+
     def _retire(self, runtime: IntentRuntime) -> None:
+        """Stop a pool that left the plan: at once when it has no process, else in the
+        background (its workers finish the task they hold first)."""
+        if not runtime.pool.all_pids():
+            runtime.stop()
+            return
+        self._stopping.append(runtime)
+        threading.Thread(target=self._stop_retired, args=(runtime,), daemon=True).start()
+
+    def _stop_retired(self, runtime: IntentRuntime) -> None:
         runtime.stop()
         with self._lock:
             if runtime in self._stopping:
@@ -429,7 +543,13 @@ class RealBackend:
             runtimes = [*self._intents.values(), *self._stopping]
             self._intents, self._stopping = {}, []
             stress, self._stress = self._stress, None
-        threads = [threading.Thread(target=r.stop) for r in runtimes]
+        busy = []
+        for runtime in runtimes:  # pools with processes stop in parallel, the others at once
+            if runtime.pool.all_pids():
+                busy.append(runtime)
+            else:
+                runtime.stop()
+        threads = [threading.Thread(target=r.stop) for r in busy]
         if stress is not None:
             threads.append(threading.Thread(target=stress.stop))
         for t in threads:

@@ -61,7 +61,7 @@ def _check_caps(backend: RealBackend) -> None:
     # 1000 req/s x 10 ms = 10 cores offered on a 1-core arena capped at 0.5: the rate is scaled.
     assert "arrival rate scaled" in applied["web"].note
     runtime = backend._intents["web"]
-    assert runtime.rate_per_s == pytest.approx(50.0)
+    assert backend.arrival_rate(runtime) == pytest.approx(50.0)
     assert runtime.pool.reps == max(1, round(10.0 / backend._rep_ms[ONLINE_N]))
     assert backend._intents["train"].pool.duty == pytest.approx(
         0.05
@@ -140,3 +140,101 @@ def test_real_stress_runs_only_when_allowed_and_ends_by_itself(tmp_path: Path) -
             b.inject_disturbance(telemetry_pb2.Disturbance(cpu_pressure=0.5, duration_s=0))
     finally:
         b.stop()
+
+
+def _mixed_plan(generation: int, n: int, shift: int = 0) -> intent_pb2.NodePlan:
+    """n intents of every class; the first few ask for workers (more than the cap allows)."""
+    classes = (
+        intent_pb2.WORKLOAD_CLASS_ONLINE,
+        intent_pb2.WORKLOAD_CLASS_BATCH,
+        intent_pb2.WORKLOAD_CLASS_ROBOT,
+        intent_pb2.WORKLOAD_CLASS_URGENT,
+    )
+    return intent_pb2.NodePlan(
+        generation=generation,
+        allocations=[
+            _alloc(
+                f"i{k:03d}",
+                classes[k % 4],
+                1 if k < 4 else 0,
+                arrival_rate_per_s=40.0 + k + shift,
+                base_service_ms=5.0 + (k + shift) % 7,
+                nice=(k + shift) % 5,
+            )
+            for k in range(n)
+        ],
+    )
+
+
+def _state(backend: RealBackend) -> dict[str, tuple[object, ...]]:
+    """What a plan decides about every pool (spec with caps and notes, workers, rate, duty,
+    knobs; the kernel's repetitions follow each backend's own measurement of a product)."""
+    return {
+        i: (r.spec, r.pool.size, r.rate_per_s, r.pool.duty, r.pool.knobs)
+        for i, r in backend._intents.items()
+    }
+
+
+def test_a_delta_leaves_the_pools_a_whole_plan_would(tmp_path: Path) -> None:
+    """apply_changes (changed allocations and removed intents) ends where apply of the merged
+    whole plan ends: same pools, caps, notes, arrival rates, batch duty and knobs."""
+    opts = {"max_workers": 2, "max_load_fraction": 0.5}
+    delta_side = _backend(tmp_path / "a", generate=True, **opts)
+    whole_side = _backend(tmp_path / "b", generate=True, **opts)
+    try:
+        first = _mixed_plan(1, 40)
+        delta_side.apply(first)
+        later = _mixed_plan(2, 40, shift=3)  # every allocation moved: take a few of them
+        changed = [later.allocations[k] for k in (0, 1, 5, 17)]
+        removed = ["i002", "i030"]
+        added = _alloc("new", intent_pb2.WORKLOAD_CLASS_URGENT, 1, arrival_rate_per_s=5.0)
+        delta = intent_pb2.NodePlan(generation=2, allocations=[*changed, added])
+        applied = delta_side.apply_changes(delta, removed)
+        merged = {a.intent_id: a for a in first.allocations}
+        for intent_id in removed:
+            del merged[intent_id]
+        merged.update({a.intent_id: a for a in delta.allocations})
+        whole = whole_side.apply(intent_pb2.NodePlan(generation=2, allocations=merged.values()))
+        assert _state(delta_side) == _state(whole_side)
+        assert len(delta_side._intents) == 39
+        # the reply covers the changed allocations only, as the whole plan's reply tells them
+        by_id = {a.intent_id: a for a in whole}
+        assert [a.intent_id for a in applied] == ["i000", "i001", "i005", "i017", "new"]
+        for a in applied:
+            assert a == by_id[a.intent_id]
+        # the cap kept the urgent intent's worker and says so where it cut
+        assert delta_side.pool_sizes()["new"] == 1
+        assert any("capped to 0 workers" in a.note for a in whole)
+    finally:
+        delta_side.stop()
+        whole_side.stop()
+
+
+def test_telemetry_for_the_loop_reports_the_pools_that_moved(tmp_path: Path) -> None:
+    """changed_pools_only reports the pools a plan touched since the loop's last read and the
+    pools with workers, not the idle ones nothing changed; a lost worker is replaced by the next
+    delta, even one about another intent."""
+    backend = _backend(tmp_path, max_workers=1)
+    try:
+        backend.apply(_mixed_plan(1, 30))
+        full = backend.telemetry(sampled_only=True, changed_pools_only=True)
+        assert len(full.pools) == 30  # everything was new
+        quiet = backend.telemetry(sampled_only=True, changed_pools_only=True)
+        assert [p.intent_id for p in quiet.pools] == ["i003"]  # the one pool with a worker (urgent)
+        nicer = _alloc("i007", intent_pb2.WORKLOAD_CLASS_BATCH, 0, nice=19)
+        backend.apply_changes(intent_pb2.NodePlan(generation=2, allocations=[nicer]), [])
+        moved = backend.telemetry(sampled_only=True, changed_pools_only=True)
+        assert {p.intent_id: p.nice for p in moved.pools} == {"i003": 3, "i007": 19}
+        victim = backend._intents["i003"].pool.pids()[0]
+        psutil.Process(victim).kill()
+        backend.request_source("i003").schedule([time.monotonic()])
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and backend.pool_sizes()["i003"] == 1:
+            time.sleep(0.02)
+        assert backend.pool_sizes()["i003"] == 0
+        other = _alloc("i009", intent_pb2.WORKLOAD_CLASS_BATCH, 0, nice=3)
+        backend.apply_changes(intent_pb2.NodePlan(generation=3, allocations=[other]), ["i029"])
+        assert backend.pool_sizes()["i003"] == 1 and victim not in backend.owned_pids()
+        assert "i029" not in backend.pool_ids()
+    finally:
+        backend.stop()
