@@ -120,6 +120,7 @@ class RealBackend:
         self._cuts: dict[str, int] = {}
         self._active: set[str] = set()
         self._scale = 1.0
+        self._duty = 1.0  # batch pools' duty under the plan in force
         # pools that have or may have had workers since they were last seen empty and drained:
         # the only ones with samples, processes or a size that moves between plans
         self._live: set[str] = set()
@@ -201,6 +202,7 @@ class RealBackend:
         scale = arrival_scale(online_load, self._cap_cores) if self._generate else 1.0
         look = {s.intent_id for s in changed} | active | self._active
         look.update(i for i in cuts.keys() | self._cuts.keys() if cuts.get(i) != self._cuts.get(i))
+        left = [i for i in self._specs if i not in held]
         gone = [i for i in self._intents if i not in held]
         gone += [
             i
@@ -210,6 +212,7 @@ class RealBackend:
         for intent_id in gone:
             self._retire(self._intents.pop(intent_id))
             self._live.discard(intent_id)
+        for intent_id in left:
             self._groups.pop(intent_id, None)
         batch_workers = sum(cuts.get(i, held[i].workers) for i in active if held[i].kind == "batch")
         duty = (
@@ -217,22 +220,27 @@ class RealBackend:
             if self._pace_batch
             else 1.0
         )
+        self._specs, self._cuts, self._active, self._scale = held, cuts, active, scale
+        self._duty = duty
+        # a pool runs (has a runtime: workers, work source, latency book) once the plan gives it
+        # workers; the others are only their spec until then
         first = [s.intent_id for s in changed]  # in plan order, then the others looked at
         for intent_id in [*first, *sorted(look.difference(first))]:
-            spec = held.get(intent_id)
-            if spec is None:
-                continue
-            if intent_id in cuts:
-                spec = cut(spec, cuts[intent_id])
-            self._update(spec, duty)
-        self._specs, self._cuts, self._active, self._scale = held, cuts, active, scale
+            if intent_id in active or intent_id in self._intents:
+                self._update(self.planned(intent_id))
         self._live |= active
         self._pools_changed |= look
         self._generation = next_generation(generation, self._generation)
-        self._cgroups(look, bool(gone))
+        self._cgroups(look, bool(left) or bool(gone))
         return [self._applied(s.intent_id) for s in changed]
 
-    def _update(self, spec: PoolSpec, duty: float) -> None:
+    def planned(self, intent_id: str) -> PoolSpec:
+        """The intent's pool as the plan in force has it, with the worker cap's cut."""
+        spec = self._specs[intent_id]
+        workers = self._cuts.get(intent_id)
+        return spec if workers is None else cut(spec, workers)
+
+    def _update(self, spec: PoolSpec) -> IntentRuntime:
         """One pool to its (capped) spec: kernel size, knobs, workers, arrival rate, duty."""
         n = BATCH_N if spec.kind == "batch" else ONLINE_N
         reps = max(1, round(spec.service_ms / self._rep_ms[n]))
@@ -247,21 +255,33 @@ class RealBackend:
         runtime.rate_per_s = spec.rate_per_s
         runtime.spec = spec
         if spec.kind == "batch":
-            runtime.pool.duty = duty
+            runtime.pool.duty = self._duty
         runtime.pool.set_knobs(spec.knobs)
         runtime.pool.resize(spec.workers)  # also replaces a worker that was lost
+        return runtime
+
+    def _runtime(self, intent_id: str) -> IntentRuntime:
+        """The intent's running pool, started (with no workers) if the plan holds the intent
+        but gave it none yet: a benchmark may queue work or read the book before it runs."""
+        runtime = self._intents.get(intent_id)
+        if runtime is None:
+            if intent_id not in self._specs:
+                raise KeyError(intent_id)
+            runtime = self._update(self.planned(intent_id))
+        return runtime
 
     def _applied(self, intent_id: str) -> nodeagent_pb2.AppliedAllocation:
-        runtime = self._intents[intent_id]
-        spec = runtime.spec
+        runtime = self._intents.get(intent_id)
+        spec = self.planned(intent_id)
         scaled = scale_note(self._scale) if spec.kind == "online" and self._scale < 1 else ""
+        error = runtime.pool.last_enforcement_error if runtime else ""
         return nodeagent_pb2.AppliedAllocation(
             intent_id=intent_id,
-            workers=runtime.pool.size,
+            workers=runtime.pool.size if runtime else 0,
             cpu_set=list(spec.knobs.cpu_set),
             nice=spec.knobs.nice,
             cgroup_mode=self._cgroup_mode(),
-            note="; ".join(filter(None, [spec.note, scaled, runtime.pool.last_enforcement_error])),
+            note="; ".join(filter(None, [spec.note, scaled, error])),
         )
 
     def _cgroup_mode(self) -> str:
@@ -273,11 +293,12 @@ class RealBackend:
         """Record (dry-run) or write (delegated) the groups when one changed: its spec or pids."""
         changed: list[cgroupfs.GroupPlan] = []
         for intent_id in look:
-            runtime = self._intents.get(intent_id)
-            if runtime is None:
+            spec = self._specs.get(intent_id)
+            if spec is None:
                 continue
-            pids = tuple(runtime.pool.pids())
-            group = replace(runtime.spec.group, pids=pids) if pids else runtime.spec.group
+            runtime = self._intents.get(intent_id)
+            pids = tuple(runtime.pool.pids()) if runtime else ()
+            group = replace(spec.group, pids=pids) if pids else spec.group
             if self._groups.get(intent_id) != group:
                 self._groups[intent_id] = group
                 changed.append(group)
@@ -355,7 +376,7 @@ class RealBackend:
     def source(self, intent_id: str) -> RequestSource | AmdahlJobSource:
         """The work source of one intent's pool (the co-run benchmark schedules into it)."""
         with self._lock:
-            return self._intents[intent_id].source
+            return self._runtime(intent_id).source
 
     def request_source(self, intent_id: str) -> RequestSource:
         """The timed request queue of an ONLINE/ROBOT/URGENT intent's pool."""
@@ -376,12 +397,12 @@ class RealBackend:
 
     def book(self, intent_id: str) -> LatencyBook:
         with self._lock:
-            return self._intents[intent_id].book
+            return self._runtime(intent_id).book
 
     def on_complete(self, intent_id: str, listener: Callable[[Completion], None]) -> None:
         """Also hand every completion of this intent to listener (raw samples for the benchmark)."""
         with self._lock:
-            self._intents[intent_id].listeners.append(listener)
+            self._runtime(intent_id).listeners.append(listener)
 
     @property
     def plan_generation(self) -> int:
@@ -392,7 +413,7 @@ class RealBackend:
     def pool_sizes(self) -> dict[str, int]:
         """Workers per intent right now (no telemetry side effects: nothing is drained)."""
         with self._lock:
-            return {i: r.pool.size for i, r in self._intents.items()}
+            return {i: r.pool.size if (r := self._intents.get(i)) else 0 for i in self._specs}
 
     # -- telemetry ----------------------------------------------------------------------------
     def telemetry(
@@ -417,32 +438,32 @@ class RealBackend:
             tel.plan_generation = self._generation
             if changed_pools_only:
                 # the pools a plan touched since the last such reply, and those with workers
-                ids = (self._pools_changed | self._live) & self._intents.keys()
-                pools = [self._intents[i] for i in sorted(ids)]
+                ids = sorted((self._pools_changed | self._live) & self._specs.keys())
                 if drain:  # only the draining reader (the loop) moves what counts as reported
                     self._pools_changed = set()
             else:
-                pools = list(self._intents.values())
+                ids = list(self._specs)
+            pools = [(self._specs[i], self._intents.get(i)) for i in ids]
             # samples come only from pools that had workers
             sampling = self._live_runtimes() if sampled_only else list(self._intents.values())
             if self._disturbance is not None and now < self._disturbance_until:
                 tel.active_disturbance.CopyFrom(self._disturbance)
                 tel.disturbance_remaining_s = self._disturbance_until - now
-        for r in sampling:
-            if not sampled_only or r.book.has_samples:
-                tel.latencies.append(r.book.summary(drain=drain))
-        for r in pools:
-            knobs = r.pool.knobs
+        for runtime in sampling:
+            if not sampled_only or runtime.book.has_samples:
+                tel.latencies.append(runtime.book.summary(drain=drain))
+        for spec, r in pools:  # a pool the plan gave no workers yet has no runtime
+            knobs = spec.knobs
             tel.pools.append(
                 telemetry_pb2.PoolStatus(
-                    intent_id=r.intent_id,
-                    kind=r.spec.kind,
-                    workers=r.pool.size,
-                    pids=r.pool.pids(),
+                    intent_id=spec.intent_id,
+                    kind=spec.kind,
+                    workers=r.pool.size if r else 0,
+                    pids=r.pool.pids() if r else [],
                     cpu_set=list(knobs.cpu_set or self.arena),
                     nice=knobs.nice,
-                    queued=r.source.backlog(now),
-                    items_per_s=r.book.items_per_s(now),
+                    queued=r.source.backlog(now) if r else 0,
+                    items_per_s=r.book.items_per_s(now) if r else 0.0,
                     sched_policy=knobs.sched_policy,
                 )
             )
@@ -464,7 +485,7 @@ class RealBackend:
 
     def pool_ids(self) -> set[str]:
         with self._lock:
-            return set(self._intents)
+            return set(self._specs)
 
     # -- disturbance --------------------------------------------------------------------------
     def inject_disturbance(self, disturbance: telemetry_pb2.Disturbance) -> tuple[bool, float]:

@@ -167,12 +167,16 @@ def _mixed_plan(generation: int, n: int, shift: int = 0) -> intent_pb2.NodePlan:
 
 
 def _state(backend: RealBackend) -> dict[str, tuple[object, ...]]:
-    """What a plan decides about every pool (spec with caps and notes, workers, rate, duty,
-    knobs; the kernel's repetitions follow each backend's own measurement of a product)."""
-    return {
-        i: (r.spec, r.pool.size, r.rate_per_s, r.pool.duty, r.pool.knobs)
-        for i, r in backend._intents.items()
-    }
+    """What a plan decides about every pool (spec with caps and notes, workers) and, for those
+    that run, their arrival rate, duty and knobs (the kernel's repetitions follow each backend's
+    own measurement of a product)."""
+    state: dict[str, tuple[object, ...]] = {}
+    for intent_id, size in backend.pool_sizes().items():
+        state[intent_id] = (backend.planned(intent_id), size)
+        if size:
+            r = backend._intents[intent_id]
+            state[intent_id] += (backend.arrival_rate(r), r.pool.duty, r.pool.knobs)
+    return state
 
 
 def test_a_delta_leaves_the_pools_a_whole_plan_would(tmp_path: Path) -> None:
@@ -196,7 +200,9 @@ def test_a_delta_leaves_the_pools_a_whole_plan_would(tmp_path: Path) -> None:
         merged.update({a.intent_id: a for a in delta.allocations})
         whole = whole_side.apply(intent_pb2.NodePlan(generation=2, allocations=merged.values()))
         assert _state(delta_side) == _state(whole_side)
-        assert len(delta_side._intents) == 39
+        assert len(delta_side.pool_sizes()) == 39
+        # only pools given workers run: the others are their spec, nothing started for them
+        assert set(whole_side._intents) == {i for i, n in whole_side.pool_sizes().items() if n}
         # the reply covers the changed allocations only, as the whole plan's reply tells them
         by_id = {a.intent_id: a for a in whole}
         assert [a.intent_id for a in applied] == ["i000", "i001", "i005", "i017", "new"]
