@@ -113,20 +113,24 @@ class NodeAgentClient(_Peer):
         self.plan_sent = DeltaSender()  # the plan the agent holds
         self.pools = HeldState()  # the agent's pools as of the last telemetry reply
         self._pushing: tuple[dict[str, bytes], int] | None = None
+        self._pull_missed = False  # the last pull got no reply: the agent may have moved on
 
     def start_pull(self, timeout_s: float) -> Any:
         stub = nodeagent_pb2_grpc.NodeAgentServiceStub(self.channel())
         request = nodeagent_pb2.GetNodeTelemetryRequest(
             drain_samples=True, delta=True, known_generation=self.pools.generation
         )
-        if not self.pools.generation:
+        if not self.pools.generation or self._pull_missed:
             # a whole reply (every pool) can take the agent longer than a tick at 10,000
-            # intents: cut off at the usual deadline it would be asked for again, forever
+            # intents: cut off at the usual deadline it would be asked for again, forever. After
+            # a pull that got no reply the agent counts that reply as held by this side (it
+            # cannot know), so the next reply is a whole one too.
             timeout_s = max(timeout_s, RESYNC_TIMEOUT_S)
         return stub.GetNodeTelemetry.future(request, timeout=timeout_s)
 
     def finish_pull(self, future: Any) -> telemetry_pb2.NodeTelemetry | None:
         reply = self.result(future, self.pull_health)
+        self._pull_missed = reply is None
         if reply is None:
             return None
         metrics.PEER_BYTES.labels(self.name, "received").inc(reply.ByteSize())

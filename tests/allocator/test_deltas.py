@@ -4,19 +4,30 @@ exactly the allocations of the loop's last plan; the tick histogram and plan siz
 
 from __future__ import annotations
 
+import asyncio
 import os
+import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from prometheus_client import REGISTRY
 
-from parfusion.v1 import intent_pb2
+from parfusion.v1 import intent_pb2, nodeagent_pb2_grpc
 from services.allocator.loop import ControlLoop, LoopConfig
+from services.allocator.peers import NodeAgentClient
 from services.allocator.store import IntentStore
 from services.common.config import build_settings
+from services.common.grpc_server import start_grpc_server
 from services.core.validation import normalize_intent
-from services.nodeagent.server import RunningNodeAgent, start_nodeagent
+from services.nodeagent.backend import BackendOptions, create_backend
+from services.nodeagent.server import (
+    SERVICE_NAME,
+    NodeAgentServicer,
+    RunningNodeAgent,
+    start_nodeagent,
+)
 from tests.allocator.conftest import batch_intent, online_intent
 
 
@@ -103,3 +114,50 @@ def test_tick_duration_and_plan_size_are_exported(store: IntentStore) -> None:
     assert size == snapshot.node_plan.ByteSize()
     gpu = REGISTRY.get_sample_value("parfusion_allocator_plan_size_bytes", {"plan": "gpu"})
     assert gpu == snapshot.gpu_plan.ByteSize()
+
+
+class _SlowOnce(NodeAgentServicer):
+    """A real agent servicer whose second telemetry reply is made but held past the caller's
+    deadline; it records each request's generation and the deadline left when it arrived."""
+
+    def __init__(self, backend: Any) -> None:
+        super().__init__(backend)
+        self.seen: list[tuple[int, float]] = []
+        self.late_reply_made = threading.Event()
+
+    async def GetNodeTelemetry(self, request: Any, context: Any) -> Any:  # noqa: N802
+        # a coroutine: it gets the call's own context, which knows the deadline
+        self.seen.append((request.known_generation, context.time_remaining()))
+        reply = super().GetNodeTelemetry(request, context)  # counted as held from here on
+        if len(self.seen) == 2:
+            self.late_reply_made.set()
+            await asyncio.sleep(1.2)  # the caller's deadline ends the call here
+        return reply
+
+
+def test_a_missed_pull_gives_the_next_one_the_resync_deadline(tmp_path: Path) -> None:
+    """The agent counts a reply as held once it sent it; when that reply missed the loop's
+    deadline, the next reply is a whole one, which must get the resync deadline or, at 10,000
+    intents, it misses again at every tick and the node stays stale."""
+    backend = create_backend("modeled", BackendOptions(run_dir=tmp_path / "run"))
+    servicer = _SlowOnce(backend)
+    server = start_grpc_server(
+        [(nodeagent_pb2_grpc.add_NodeAgentServiceServicer_to_server, servicer, SERVICE_NAME)]
+    )
+    client = NodeAgentClient(server.address)
+    try:
+        replies = [client.finish_pull(client.start_pull(0.8)) for _ in range(2)]
+        assert servicer.late_reply_made.wait(5)  # the agent now counts it as held
+        replies += [client.finish_pull(client.start_pull(0.8)) for _ in range(2)]
+        assert replies[0] is not None and replies[1] is None  # the second one came too late
+        assert replies[2] is not None and replies[3] is not None
+        deadlines = [left for _, left in servicer.seen]
+        assert deadlines[0] > 1.5  # nothing held yet: a whole reply, the resync deadline
+        assert deadlines[1] < 1.0  # in step: the tick's deadline (0.8 s here)
+        assert deadlines[2] > 1.5  # after the miss: a whole reply is coming
+        assert deadlines[3] < 1.0  # in step again
+        assert servicer.seen[2][0] == servicer.seen[1][0] != 0  # it names the reply it holds
+    finally:
+        client.close()
+        server.stop(0)
+        backend.stop()
