@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.core.model import Decision, ServiceStats
+from services.core.model import Decision
 from services.core.predictor import (
     CALIBRATION_SETTLE_TICKS,
     CORRECTION_MAX,
@@ -293,13 +293,20 @@ def test_kept_snapshot_follows_a_correction_learnt_without_new_samples() -> None
 
 
 def test_the_corrected_stats_differ_from_the_regimes_in_the_correction_only() -> None:
-    """The corrected copy is built field by field (cheaper than dataclasses.replace): every
-    other field must come across, whatever ServiceStats holds."""
+    """The stats carrying a correction are built positionally (cheaper than dataclasses.replace
+    or keywords): every other field must come across, whatever ServiceStats holds, and the
+    same object is handed out while the samples and the correction stay."""
     import dataclasses
 
-    from services.core.predictor import _Calibration
+    from services.core.predictor import _Regime
 
-    stats = ServiceStats(mean_ms=11.0, p95_ms=17.0, p99_ms=23.0, count=77, observed_units=3)
-    cal = _Calibration(published=1.7)
-    assert cal.corrected(stats) == dataclasses.replace(stats, latency_correction=1.7)
-    assert cal.corrected(stats) is cal.corrected(stats)  # kept while stats and k are the same
+    regime = _Regime(units=3, alpha=0.2)
+    for x in (11.0, 13.0, 17.0, 12.0, 23.0, 14.0, 19.0):
+        regime.add(x)
+    plain = regime.stats()
+    assert plain.observed_units == 3 and plain.count == 7 and plain.latency_correction == 1.0
+    corrected = regime.stats(1.7)
+    assert corrected == dataclasses.replace(plain, latency_correction=1.7)
+    assert regime.stats(1.7) is corrected  # kept while the samples and k are the same
+    regime.add(15.0)
+    assert regime.stats(1.7) is not corrected and regime.stats(1.7).count == 8
