@@ -200,8 +200,9 @@ class RealBackend:
         active = {i for i, spec in held.items() if cuts.get(i, spec.workers) > 0}
         online_load = sum(offered_load(held[i]) for i in active)
         scale = arrival_scale(online_load, self._cap_cores) if self._generate else 1.0
+        # a cut only moves between plans for a pool whose spec changed or that has or had
+        # workers; any other pool is its spec, read through planned() with the current cuts
         look = {s.intent_id for s in changed} | active | self._active
-        look.update(i for i in cuts.keys() | self._cuts.keys() if cuts.get(i) != self._cuts.get(i))
         left = [i for i in self._specs if i not in held]
         gone = [i for i in self._intents if i not in held]
         gone += [

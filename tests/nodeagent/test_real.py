@@ -8,6 +8,8 @@ from pathlib import Path
 
 import psutil
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from parfusion.v1 import intent_pb2, telemetry_pb2
 from services.common.errors import InvalidArgument
@@ -244,3 +246,58 @@ def test_telemetry_for_the_loop_reports_the_pools_that_moved(tmp_path: Path) -> 
         assert "i029" not in backend.pool_ids()
     finally:
         backend.stop()
+
+
+_CLASSES = (
+    intent_pb2.WORKLOAD_CLASS_ONLINE,
+    intent_pb2.WORKLOAD_CLASS_BATCH,
+    intent_pb2.WORKLOAD_CLASS_ROBOT,
+    intent_pb2.WORKLOAD_CLASS_URGENT,
+)
+_allocations = st.builds(
+    lambda k, cls, workers, rate, service, nice: _alloc(
+        f"i{k}", cls, workers, arrival_rate_per_s=rate, base_service_ms=service, nice=nice
+    ),
+    st.integers(0, 9),
+    st.sampled_from(_CLASSES),
+    st.integers(0, 2),
+    st.floats(0.0, 500.0),
+    st.floats(1.0, 40.0),
+    st.integers(0, 19),
+)
+_plans = st.lists(_allocations, max_size=8, unique_by=lambda a: a.intent_id)
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RealBackend, RealBackend]]:
+    """Two backends with the same caps (one worker: few processes start) for the whole module."""
+    opts = {"max_workers": 1, "max_load_fraction": 0.5}
+    a = _backend(tmp_path_factory.mktemp("delta"), generate=True, **opts)
+    b = _backend(tmp_path_factory.mktemp("whole"), generate=True, **opts)
+    yield a, b
+    a.stop()
+    b.stop()
+
+
+@pytest.mark.slow
+@settings(
+    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(first=_plans, changed=_plans, data=st.data())
+def test_any_delta_leaves_the_pools_a_whole_plan_would(
+    pair: tuple[RealBackend, RealBackend],
+    first: list[intent_pb2.Allocation],
+    changed: list[intent_pb2.Allocation],
+    data: st.DataObject,
+) -> None:
+    """Whatever the plan in force and the delta (allocations changed, added, intents removed),
+    apply_changes ends where apply of the merged whole plan ends."""
+    delta_side, whole_side = pair
+    delta_side.apply(intent_pb2.NodePlan(allocations=first))
+    held = [a.intent_id for a in first if a.intent_id not in {c.intent_id for c in changed}]
+    removed = data.draw(st.lists(st.sampled_from(held), unique=True) if held else st.just([]))
+    delta_side.apply_changes(intent_pb2.NodePlan(allocations=changed), removed)
+    merged = {a.intent_id: a for a in first if a.intent_id not in removed}
+    merged.update({a.intent_id: a for a in changed})
+    whole_side.apply(intent_pb2.NodePlan(allocations=merged.values()))
+    assert _state(delta_side) == _state(whole_side)
