@@ -195,7 +195,7 @@ class RealBackend:
         self, held: dict[str, PoolSpec], changed: list[PoolSpec], generation: int
     ) -> list[nodeagent_pb2.AppliedAllocation]:
         """Make the pools match ``held`` (the plan in force, uncapped), looking again only at the
-        intents whose spec or cut changed and at the pools that have or had workers."""
+        intents whose spec changed and at the pools that have or had workers."""
         cuts = worker_cuts(held.values(), self.options.max_workers)
         active = {i for i, spec in held.items() if cuts.get(i, spec.workers) > 0}
         online_load = sum(offered_load(held[i]) for i in active)

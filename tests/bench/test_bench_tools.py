@@ -3,7 +3,6 @@ the figures themselves are for docs/performance.md, not asserted here)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import re
@@ -97,11 +96,8 @@ def test_bench_submit_drives_every_method_without_errors(tmp_path: Path) -> None
 def test_histogram_quantile_reads_one_labelled_series_between_scrapes() -> None:
     """The quantile comes from the named series only (other methods' buckets are ignored) and
     from the difference between the two scrapes, interpolated inside its bucket."""
-    spec = importlib.util.spec_from_file_location("bench_system", ROOT / "bench/bench_system.py")
-    assert spec is not None and spec.loader is not None
-    bench_system = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("bench_system", bench_system)  # its dataclasses look themselves up
-    spec.loader.exec_module(bench_system)
+    from bench import bench_system
+
     name, submit = bench_system.RPC_HISTOGRAM, 'method="SubmitIntent",service="AllocatorService"'
     other = 'method="GetPlan",service="AllocatorService"'
 
