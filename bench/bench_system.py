@@ -17,7 +17,9 @@ services' memory again. Reported, per size:
   parfusion_grpc_request_duration_seconds histogram: what the client sees less the transport and
   this harness's own process); with `--get-plan conditional` every GetPlan names the generation of the
   last reply (`known_generation`), as a poller would, and gets the plans only when they changed;
-- WatchPlans: plans received per stream against ticks made, generations skipped;
+- WatchPlans: plans received per stream against ticks made, generations skipped, bytes per
+  message; the streams ask for deltas and keep the plan from them (`--watch whole`: every
+  message is the whole plan);
 - bytes per tick on each link (allocator <-> nodeagent, allocator <-> gpulane, from
   parfusion_allocator_peer_bytes_total; WatchPlans from the messages received);
 - CPU (% of one core over the window) and RSS per service; RSS again after every intent is
@@ -55,6 +57,7 @@ import psutil  # noqa: E402
 
 from bench.bench_loop import make_intent  # noqa: E402
 from parfusion.v1 import allocator_pb2, allocator_pb2_grpc  # noqa: E402
+from services.allocator.watch import PlanMirror  # noqa: E402
 from tests.stack import start_stack  # noqa: E402
 
 SERVICES = ("allocator", "nodeagent", "gpulane")
@@ -185,13 +188,17 @@ def drive(rate: float, seconds: float, start_call: Callable[[int], tuple[float, 
     return count
 
 
-def watch(stub: Any, into: Watch, stop: threading.Event) -> None:
-    call = stub.WatchPlans(allocator_pb2.WatchPlansRequest(include_current=False))
+def watch(stub: Any, into: Watch, stop: threading.Event, deltas: bool) -> None:
+    """Read one WatchPlans stream; with deltas, keep the plan as a client would (PlanMirror)."""
+    call = stub.WatchPlans(allocator_pb2.WatchPlansRequest(include_current=False, deltas=deltas))
     stop_watch = threading.Thread(target=lambda: (stop.wait(), call.cancel()), daemon=True)
     stop_watch.start()
+    mirror = PlanMirror()
     try:
         for reply in call:
             plan = reply.node_plan
+            if deltas:
+                mirror.apply(reply)
             created = plan.created_at.seconds + plan.created_at.nanos / 1e9
             into.plans.append((plan.generation, created, plan.node_stale, reply.ByteSize()))
     except grpc.RpcError:
@@ -263,7 +270,10 @@ def measure(stack: Any, home: Path, intents: list[Any], args: argparse.Namespace
     submits, plans = Calls(), Calls()
     watches = [Watch() for _ in range(args.watchers)]
     stop = threading.Event()
-    watchers = [threading.Thread(target=watch, args=(stub, w, stop), daemon=True) for w in watches]
+    deltas = args.watch == "deltas"
+    watchers = [
+        threading.Thread(target=watch, args=(stub, w, stop, deltas), daemon=True) for w in watches
+    ]
     for t in watchers:
         t.start()
     time.sleep(0.5)
@@ -378,6 +388,7 @@ def measure(stack: Any, home: Path, intents: list[Any], args: argparse.Namespace
             "get_plan": handling_ms(before, after, "GetPlan"),
         },
         "get_plan_mode": args.get_plan,
+        "watch_mode": args.watch,
         "bytes_per_tick": {
             f"{peer}_{direction}": per_tick(peer, direction)
             for peer in PEERS
@@ -418,7 +429,8 @@ def table(rows: list[dict[str, Any]]) -> str:
 
     lines = [
         "| intents | tick p50 / p99 ms | period p99 ms | stale | Submit p50 / p99 ms (server p99) "
-        "| GetPlan p50 / p99 ms (server p99) | watch plans / ticks | bytes/tick agent out / in "
+        "| GetPlan p50 / p99 ms (server p99) | watch plans / ticks, bytes per plan "
+        "| bytes/tick agent out / in "
         "| bytes/tick gpulane out / in | CPU % alloc / agent / gpulane "
         "| RSS MB alloc / agent: start, peak, after delete |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
@@ -432,7 +444,8 @@ def table(rows: list[dict[str, Any]]) -> str:
             f"{ratio(r, lambda x: x['submit']['p99_ms'])} ({server['submit']['p99_ms']:.1f}) "
             f"| {r['get_plan']['p50_ms']:.1f} / {r['get_plan']['p99_ms']:.1f}"
             f"{ratio(r, lambda x: x['get_plan']['p99_ms'])} ({server['get_plan']['p99_ms']:.1f}) "
-            f"| {r['watched_plans'] / max(r['watchers'], 1):.0f} / {r['ticks']} "
+            f"| {r['watched_plans'] / max(r['watchers'], 1):.0f} / {r['ticks']}, "
+            f"{r['watch_bytes_per_plan']:,.0f} "
             f"| {b['nodeagent_sent']:,.0f} / {b['nodeagent_received']:,.0f} "
             f"| {b['gpulane_sent']:,.0f} / {b['gpulane_received']:,.0f} "
             f"| {cpu['allocator']:.0f} / {cpu['nodeagent']:.0f} / {cpu['gpulane']:.0f} "
@@ -457,6 +470,13 @@ def main() -> None:
         choices=("full", "conditional"),
         help="full: every GetPlan fetches the plans; conditional: each names the generation "
         "of the last reply (known_generation) and gets the plans only when they changed",
+    )
+    parser.add_argument(
+        "--watch",
+        default="deltas",
+        choices=("deltas", "whole"),
+        help="deltas: the streams ask for WatchPlans deltas and merge them (PlanMirror); "
+        "whole: every message is the whole plan",
     )
     parser.add_argument("--json", type=Path, help="write the rows here too")
     args = parser.parse_args()

@@ -88,18 +88,24 @@ class GetPlanResponse(_message.Message):
     def __init__(self, node_plan: _Optional[_Union[_intent_pb2.NodePlan, _Mapping]] = ..., gpu_plan: _Optional[_Union[_intent_pb2.GpuPlan, _Mapping]] = ..., node_stale: _Optional[bool] = ..., last_telemetry_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., policy: _Optional[str] = ..., generation: _Optional[int] = ..., unchanged: _Optional[bool] = ...) -> None: ...
 
 class WatchPlansRequest(_message.Message):
-    __slots__ = ("include_current",)
+    __slots__ = ("include_current", "deltas")
     INCLUDE_CURRENT_FIELD_NUMBER: _ClassVar[int]
+    DELTAS_FIELD_NUMBER: _ClassVar[int]
     include_current: bool
-    def __init__(self, include_current: _Optional[bool] = ...) -> None: ...
+    deltas: bool
+    def __init__(self, include_current: _Optional[bool] = ..., deltas: _Optional[bool] = ...) -> None: ...
 
 class WatchPlansResponse(_message.Message):
-    __slots__ = ("node_plan", "gpu_plan")
+    __slots__ = ("node_plan", "gpu_plan", "base_generation", "removed_intent_ids")
     NODE_PLAN_FIELD_NUMBER: _ClassVar[int]
     GPU_PLAN_FIELD_NUMBER: _ClassVar[int]
+    BASE_GENERATION_FIELD_NUMBER: _ClassVar[int]
+    REMOVED_INTENT_IDS_FIELD_NUMBER: _ClassVar[int]
     node_plan: _intent_pb2.NodePlan
     gpu_plan: _intent_pb2.GpuPlan
-    def __init__(self, node_plan: _Optional[_Union[_intent_pb2.NodePlan, _Mapping]] = ..., gpu_plan: _Optional[_Union[_intent_pb2.GpuPlan, _Mapping]] = ...) -> None: ...
+    base_generation: int
+    removed_intent_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, node_plan: _Optional[_Union[_intent_pb2.NodePlan, _Mapping]] = ..., gpu_plan: _Optional[_Union[_intent_pb2.GpuPlan, _Mapping]] = ..., base_generation: _Optional[int] = ..., removed_intent_ids: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class PreviewPlanRequest(_message.Message):
     __slots__ = ("disturbance", "arrival_rate_scale", "policy")

@@ -29,7 +29,7 @@ from services.allocator.nodestate import Telemetry, node_state
 from services.allocator.peers import GpuLaneClient, NodeAgentClient
 from services.allocator.store import IntentStore
 from services.allocator.store_batch import StoredIntent
-from services.allocator.watch import PlanFeed, PlanSnapshot
+from services.allocator.watch import PlanChanges, PlanFeed, PlanSnapshot
 from services.common.memory import ShrinkWatch, release_freed_memory
 from services.core import convert, model
 from services.core.policies.base import Policy
@@ -133,6 +133,7 @@ class ControlLoop:
         self._mine_intents: dict[str, intent_pb2.ResourceIntent] = {}
         self._class_counts: dict[str, int] = {}
         self._allocation_cache = plans.AllocationCache()  # the ticks' own (not previews')
+        self._cached_generation = 0  # the generation of the plan the cache last made
         self._preview_policies: dict[str, Policy] = {}  # per policy name, previews' own
         self._names: dict[str, str] = {}  # the ticks' own: intent id -> name, for the gauges
         self._names_of: tuple[model.IntentSpec, ...] | None = None
@@ -233,11 +234,16 @@ class ControlLoop:
             result, node, generation=generation, created_at=created, decision_ms=seconds * 1000
         )
         # the NodePlan's bytes without building or parsing it (PlanSnapshot parses on demand)
-        node_wire = plans.node_plan_wire(
-            header, self._allocation_cache.entries(result.decisions, intents)
+        cache = self._allocation_cache
+        header_wire = header.SerializeToString()
+        node_wire = header_wire + b"".join(cache.entries(result.decisions, intents))
+        # WatchPlans deltas: what changed against the plan the cache's last call made
+        changes = PlanChanges(
+            self._cached_generation, header_wire, cache.changed_entries(), cache.removed
         )
+        self._cached_generation = generation
         gpu_plan = plans.gpu_plan(result, intents, node, generation=generation, created_at=created)
-        snapshot = PlanSnapshot(node_wire, gpu_plan, generation)
+        snapshot = PlanSnapshot(node_wire, gpu_plan, generation, changes)
         entries = self._allocation_cache.by_intent()
         metrics.PLAN_SIZE.labels("node").set(len(node_wire))
         metrics.PLAN_SIZE.labels("gpu").set(gpu_plan.ByteSize())

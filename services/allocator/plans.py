@@ -100,6 +100,10 @@ class AllocationCache:
         self._intent: dict[str, intent_pb2.ResourceIntent | None] = {}
         self._entry: dict[str, bytes] = {}
         self.workers: dict[str, int] = {}  # intent id -> Allocation.workers in the last plan
+        # what the last call changed against the call before it: the ids whose entry is new
+        # or different, and the ids that left (WatchPlans deltas)
+        self.changed: list[str] = []
+        self.removed: list[str] = []
         self._shrink = ShrinkWatch()  # the tables are rebuilt after a large shrink
 
     def entries(
@@ -117,6 +121,7 @@ class AllocationCache:
         )
         changed = list(itertools.compress(range(len(ids)), map(operator.not_, same)))
         layout = ids == self._ids
+        self.changed, self.removed = [], []
         if not changed and layout:
             return self._entries
         workers = dict(self.workers)
@@ -127,10 +132,14 @@ class AllocationCache:
             self._intent[d.intent_id] = intent
             # only a rebuilt row makes a new entry: a steady plan adds nothing long-lived for
             # the garbage collector to walk
-            self._entry[d.intent_id] = intent_pb2.NodePlan(allocations=[alloc]).SerializeToString()
+            entry = intent_pb2.NodePlan(allocations=[alloc]).SerializeToString()
+            if entry != self._entry.get(d.intent_id):
+                self._entry[d.intent_id] = entry
+                self.changed.append(d.intent_id)
             workers[d.intent_id] = alloc.workers
         if len(self._decision) > len(ids):  # intents left the plan
-            for intent_id in self._decision.keys() - set(ids):
+            self.removed = list(self._decision.keys() - set(ids))
+            for intent_id in self.removed:
                 del self._decision[intent_id], self._intent[intent_id], self._entry[intent_id]
                 del workers[intent_id]
         if self._shrink.shrunk(len(self._decision)):  # see services/common/memory.py
@@ -144,6 +153,10 @@ class AllocationCache:
             entries = list(map(self._entry.__getitem__, ids))
         self._ids, self._entries, self.workers = ids, entries, workers
         return entries
+
+    def changed_entries(self) -> list[bytes]:
+        """The entries of the rows the last call rebuilt, in plan order."""
+        return list(map(self._entry.__getitem__, self.changed))
 
     def by_intent(self) -> dict[str, bytes]:
         """The last plan's entries per intent id, in plan order (what a delta is taken from)."""

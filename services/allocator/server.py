@@ -155,8 +155,14 @@ class AllocatorServicer(allocator_pb2_grpc.AllocatorServiceServicer):
                 if item is END:
                     return
                 if isinstance(item, PlanSnapshot) and item.generation > last_sent:
+                    # a delta only on the plan this stream sent last; a stream that fell
+                    # behind (its queue dropped plans) gets the whole plan
+                    changes = item.changes
+                    follows = bool(request.deltas and last_sent) and (
+                        changes is not None and changes.base == last_sent
+                    )
                     last_sent = item.generation
-                    yield item.wire
+                    yield item.delta_wire if follows else item.wire
         finally:
             self.loop.feed.unsubscribe(sub)
 

@@ -27,7 +27,7 @@ EXAMPLES = {
     ),
     "DeleteIntent": allocator_pb2.DeleteIntentRequest(id="intent-1"),
     "GetPlan": allocator_pb2.GetPlanRequest(),
-    "WatchPlans": allocator_pb2.WatchPlansRequest(),
+    "WatchPlans": allocator_pb2.WatchPlansRequest(include_current=True, deltas=True),
     "PreviewPlan": allocator_pb2.PreviewPlanRequest(
         disturbance=telemetry_pb2.Disturbance(cpu_pressure=0.5, gpu_pressure=0.2),
         arrival_rate_scale=2.0,

@@ -1,7 +1,8 @@
 """The loop's own caches (kept IntentSpecs, kept Allocation entries, gauges set only from new
 Decisions) give, after every tick of a random sequence of store changes and samples, the specs,
 the plan and the gauges that building everything afresh gives (the policy's memo underneath is
-checked against a fresh policy in test_memo.py)."""
+checked against a fresh policy in test_memo.py); each tick's WatchPlans delta, applied to the
+tick before, gives the tick's whole plan."""
 
 from __future__ import annotations
 
@@ -11,10 +12,12 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from parfusion.v1 import allocator_pb2, intent_pb2
 from services.allocator import plans
 from services.allocator.loop import ControlLoop, LoopConfig
 from services.allocator.metrics import PER_INTENT
 from services.allocator.store import IntentStore
+from services.allocator.watch import PlanMirror, PlanSnapshot
 from services.core import convert
 from services.core.validation import normalize_intent
 from tests.allocator.conftest import batch_intent, online_intent
@@ -41,6 +44,7 @@ def test_cached_ticks_equal_a_plan_built_afresh(steps: list[str], seed: int) -> 
         try:
             live = [store.submit(_intent(k)).intent.id for k in range(4)]
             made = 4
+            mirror = PlanMirror()  # a WatchPlans client's plan, kept from the ticks' deltas
             for n, step in enumerate(steps):
                 if step == "submit":
                     live.append(store.submit(_intent(made)).intent.id)
@@ -65,9 +69,31 @@ def test_cached_ticks_equal_a_plan_built_afresh(steps: list[str], seed: int) -> 
                 snapshot = loop.tick()
                 assert snapshot is not None
                 _check(loop, snapshot.node_plan, store)
+                _check_delta(mirror, snapshot)
         finally:
             loop.stop()
             store.close()
+
+
+def _check_delta(mirror: PlanMirror, snapshot: PlanSnapshot) -> None:
+    """Each tick's delta against the tick before, applied to the plan of that tick, gives
+    this tick's whole plan."""
+    assert snapshot.changes is not None
+    first = not mirror.generation
+    assert snapshot.changes.base == mirror.generation
+    wire = snapshot.wire if first else snapshot.delta_wire
+    assert wire is not None
+    reply = allocator_pb2.WatchPlansResponse.FromString(wire)
+    assert reply.base_generation == (0 if first else mirror.generation)
+    mirror.apply(reply)
+    whole = snapshot.node_plan
+    assert {a.intent_id: a for a in mirror.node_plan().allocations} == {
+        a.intent_id: a for a in whole.allocations
+    }
+    header = intent_pb2.NodePlan()
+    header.CopyFrom(whole)
+    del header.allocations[:]
+    assert mirror.header == header and mirror.gpu_plan == snapshot.gpu_plan
 
 
 def _check(loop: ControlLoop, plan, store: IntentStore) -> None:

@@ -19,6 +19,7 @@ import pytest
 from parfusion.v1 import allocator_pb2, allocator_pb2_grpc, intent_pb2, telemetry_pb2
 from services.allocator.metrics import PER_INTENT
 from services.allocator.server import RunningAllocator
+from services.allocator.watch import PlanMirror
 from tests.allocator.conftest import batch_intent, online_intent
 from tests.conftest import ROOT, free_port
 
@@ -179,6 +180,92 @@ def test_watch_plans_current_first_then_new_and_clean_end(start: Start, stub_for
     running.stop(grace=1.0)
     assert done.wait(3)
     assert stream.code() == grpc.StatusCode.OK
+
+
+def _wait_subscribers(running: RunningAllocator, count: int) -> None:
+    deadline = time.monotonic() + 5
+    while running.handle.loop.feed.subscriber_count() < count and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert running.handle.loop.feed.subscriber_count() == count
+
+
+def _by_id(plan: intent_pb2.NodePlan) -> dict[str, intent_pb2.Allocation]:
+    return {a.intent_id: a for a in plan.allocations}
+
+
+def test_watch_deltas_rebuild_the_whole_plan(start: Start, stub_for: StubFor) -> None:
+    """A stream opened with `deltas` sends the whole plan first, then each plan as the
+    allocations that changed and the intents that left; merged in order they are, plan after
+    plan, what GetPlan answers whole."""
+    running = start()
+    stub = stub_for(running.address)
+    loop = running.handle.loop
+    for k in range(6):
+        _submit(stub, online_intent(name=f"web-{k}", intent_id=f"web-{k}"))
+    _submit(stub, batch_intent(intent_id="job-1"))
+    for _ in range(3):  # the first ticks still move units (dwell, no telemetry yet)
+        loop.tick()
+    stream = stub.WatchPlans(
+        allocator_pb2.WatchPlansRequest(include_current=True, deltas=True), timeout=20
+    )
+    mirror = PlanMirror()
+    first = next(stream)
+    assert first.base_generation == 0 and len(first.node_plan.allocations) == 7
+    mirror.apply(first)
+    _wait_subscribers(running, 1)
+
+    def step(change: Callable[[], object]) -> allocator_pb2.WatchPlansResponse:
+        held = mirror.generation
+        change()
+        loop.tick()
+        reply = next(stream)
+        assert reply.base_generation == held  # a delta on the plan sent before
+        mirror.apply(reply)
+        whole = stub.GetPlan(allocator_pb2.GetPlanRequest(), timeout=5)
+        assert mirror.generation == whole.generation
+        assert _by_id(mirror.node_plan()) == _by_id(whole.node_plan)
+        assert mirror.node_plan().policy == whole.node_plan.policy == whole.policy
+        assert mirror.gpu_plan == whole.gpu_plan
+        return reply
+
+    steady = step(lambda: None)  # nothing changed: the plan's own fields only
+    assert len(steady.node_plan.allocations) == 0 and not steady.removed_intent_ids
+    added = step(lambda: _submit(stub, online_intent(name="web-new", intent_id="web-new")))
+    assert "web-new" in _by_id(added.node_plan) and len(added.node_plan.allocations) < 8
+    gone = step(lambda: stub.DeleteIntent(allocator_pb2.DeleteIntentRequest(id="web-2")))
+    assert list(gone.removed_intent_ids) == ["web-2"]
+    step(lambda: stub.SetPolicy(allocator_pb2.SetPolicyRequest(name="fifo"), timeout=5))
+    stream.cancel()
+
+
+def test_watch_deltas_resync_a_stream_that_fell_behind(start: Start, stub_for: StubFor) -> None:
+    """A stream whose queue dropped plans gets the next one whole, never a delta on a plan it
+    did not send; a stream without `deltas` gets whole plans only."""
+    running = start(watch_queue=1)
+    stub = stub_for(running.address)
+    loop = running.handle.loop
+    _submit(stub, online_intent(intent_id="web-0"))
+    loop.tick()
+    deltas = stub.WatchPlans(
+        allocator_pb2.WatchPlansRequest(include_current=True, deltas=True), timeout=20
+    )
+    whole = stub.WatchPlans(allocator_pb2.WatchPlansRequest(include_current=True), timeout=20)
+    assert next(deltas).base_generation == 0 and next(whole).base_generation == 0
+    _wait_subscribers(running, 2)
+    loop.tick()
+    assert next(deltas).base_generation == 1
+    first_whole = next(whole)
+    assert first_whole.base_generation == 0 and len(first_whole.node_plan.allocations) == 1
+    for _ in range(4):  # the queue holds one plan: generations 3-5 are dropped unread
+        loop.tick()
+    # generation 6 is the next one read; a delta would need the stream to hold 5
+    caught_up = next(deltas)
+    assert caught_up.node_plan.generation == 6
+    assert caught_up.base_generation == 0 and len(caught_up.node_plan.allocations) == 1
+    loop.tick()
+    assert next(deltas).base_generation == 6
+    deltas.cancel()
+    whole.cancel()
 
 
 def test_open_watch_streams_hold_no_thread(start: Start, stub_for: StubFor) -> None:
