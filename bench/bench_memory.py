@@ -55,7 +55,7 @@ import grpc  # noqa: E402
 import psutil  # noqa: E402
 
 from bench.bench_loop import make_intent  # noqa: E402
-from bench.bench_system import PEERS, wait_for_plan  # noqa: E402
+from bench.bench_system import PEERS, bench_stack, submit_all, wait_for_plan  # noqa: E402
 from parfusion.v1 import allocator_pb2, allocator_pb2_grpc  # noqa: E402
 
 # --- the client (its own process) ------------------------------------------------------------
@@ -68,15 +68,7 @@ def client(address: str, n: int, settle: float) -> None:
     with grpc.insecure_channel(address) as channel:
         stub = allocator_pb2_grpc.AllocatorServiceStub(channel)
         started = time.perf_counter()
-        with ThreadPoolExecutor(8) as pool:
-            list(
-                pool.map(
-                    lambda i: stub.SubmitIntent(
-                        allocator_pb2.SubmitIntentRequest(intent=i), timeout=30
-                    ),
-                    intents,
-                )
-            )
+        submit_all(stub, intents)
         wait_for_plan(stub, n)
         print(f"client: {n} submitted and planned in {time.perf_counter() - started:.1f} s")
         time.sleep(settle)
@@ -313,44 +305,31 @@ def grown(before: dict[str, int], after: dict[str, int], least: int = 1) -> dict
 def serve_and_measure(args: argparse.Namespace) -> dict[str, Any]:
     from services.allocator.server import GIL_SWITCH_INTERVAL_S, start_allocator
     from services.common.config import parse_service_args
-    from tests.stack import start_stack
 
-    with tempfile.TemporaryDirectory(prefix="parfusion-bench-memory-") as tmp:
-        home = Path(tmp)
-        (home / "configs").symlink_to(ROOT / "configs")
-        extra = {
-            "PARFUSION_ALLOCATOR_SEED_INTENTS": "false",
-            "PARFUSION_NODEAGENT_BACKEND": "modeled",
-            "PARFUSION_LOG_LEVEL": "WARNING",
-            "PARFUSION_ALLOCATOR_MAX_INTENTS": str(args.intents + 100),
-        }
-        others = ("allocator", "gpulane") if args.serve == "nodeagent" else PEERS
-        stack = start_stack(home, others, extra)
-        try:
-            os.environ.update(stack.env)
-            launched = json.loads((home / "run" / "launcher.json").read_text())["pids"]
-            if args.serve == "nodeagent":  # the allocator (another process) finds it on its port
-                from services.nodeagent.server import start_nodeagent
+    others = ("allocator", "gpulane") if args.serve == "nodeagent" else PEERS
+    with bench_stack(others, args.intents + 100) as (stack, home):
+        os.environ.update(stack.env)
+        launched = json.loads((home / "run" / "launcher.json").read_text())["pids"]
+        if args.serve == "nodeagent":  # the allocator (another process) finds it on its port
+            from services.nodeagent.server import start_nodeagent
 
-                settings, _ = parse_service_args("nodeagent", [])
-                agent = start_nodeagent(settings, port=settings.port)
-                held = {"servicer": agent.servicer, "backend": agent.backend}
-                other = psutil.Process(int(launched["allocator"]))
-                try:
-                    return measure(held, stack.address("allocator"), other, args)
-                finally:
-                    agent.stop(grace=1.0)
-            settings, _ = parse_service_args("allocator", [])
-            sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
-            running = start_allocator(settings, metrics_port=0)
-            held = {"loop": running.handle.loop, "servicer": running.handle.servicer}
-            other = psutil.Process(int(launched["nodeagent"]))
+            settings, _ = parse_service_args("nodeagent", [])
+            agent = start_nodeagent(settings, port=settings.port)
+            held = {"servicer": agent.servicer, "backend": agent.backend}
+            other = psutil.Process(int(launched["allocator"]))
             try:
-                return measure(held, running.address, other, args)
+                return measure(held, stack.address("allocator"), other, args)
             finally:
-                running.stop(grace=1.0)
+                agent.stop(grace=1.0)
+        settings, _ = parse_service_args("allocator", [])
+        sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
+        running = start_allocator(settings, metrics_port=0)
+        held = {"loop": running.handle.loop, "servicer": running.handle.servicer}
+        other = psutil.Process(int(launched["nodeagent"]))
+        try:
+            return measure(held, running.address, other, args)
         finally:
-            stack.close()
+            running.stop(grace=1.0)
 
 
 def measure(

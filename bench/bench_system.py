@@ -34,6 +34,7 @@ services' memory again. Reported, per size:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import random
 import statistics
@@ -42,7 +43,7 @@ import tempfile
 import threading
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -225,24 +226,77 @@ def wait_for_plan(stub: Any, size: int, timeout_s: float = 600.0) -> None:
     raise TimeoutError(f"the plan never held {size} allocations")
 
 
-def run_case(n: int, args: argparse.Namespace) -> dict[str, Any]:
-    rng = random.Random(7)
-    intents = [make_intent(k, rng) for k in range(n)]
-    with tempfile.TemporaryDirectory(prefix="parfusion-bench-system-") as tmp:
+def submit_all(stub: Any, intents: list[Any]) -> None:
+    """SubmitIntent for every intent, eight calls at a time."""
+    with ThreadPoolExecutor(8) as pool:
+        list(
+            pool.map(
+                lambda i: stub.SubmitIntent(
+                    allocator_pb2.SubmitIntentRequest(intent=i), timeout=30
+                ),
+                intents,
+            )
+        )
+
+
+def run_sizes(
+    args: argparse.Namespace,
+    run_case: Callable[[int, argparse.Namespace], dict[str, Any]],
+    table: Callable[[list[dict[str, Any]]], str],
+) -> None:
+    """One run per size in ``args.intents``: its row as JSON as it ends, then the table (and
+    the rows to ``args.json`` when given)."""
+    rows = []
+    for n in (int(x) for x in args.intents.split(",")):
+        row = run_case(n, args)
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    print(table(rows))
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(rows, indent=2))
+
+
+@contextlib.contextmanager
+def bench_stack(
+    names: Sequence[str], max_intents: int, backend: str = "modeled"
+) -> Iterator[tuple[Any, Path]]:
+    """The services ``names`` as the launcher starts them, every port moved to a free one, in
+    a temporary PARFUSION_HOME (removed after), no demo intents, room for ``max_intents``."""
+    with tempfile.TemporaryDirectory(prefix="parfusion-bench-") as tmp:
         home = Path(tmp)
         (home / "configs").symlink_to(ROOT / "configs")
         extra = {
             "PARFUSION_ALLOCATOR_SEED_INTENTS": "false",
-            "PARFUSION_NODEAGENT_BACKEND": args.backend,
+            "PARFUSION_NODEAGENT_BACKEND": backend,
             "PARFUSION_LOG_LEVEL": "WARNING",
-            # room for the intents the load adds (the store's limit answers RESOURCE_EXHAUSTED)
-            "PARFUSION_ALLOCATOR_MAX_INTENTS": str(n + int(args.rate * args.seconds) + 100),
+            # beyond its limit the store answers RESOURCE_EXHAUSTED
+            "PARFUSION_ALLOCATOR_MAX_INTENTS": str(max_intents),
         }
-        stack = start_stack(home, SERVICES, extra)
+        stack = start_stack(home, names, extra)
         try:
-            return measure(stack, home, intents, args)
+            yield stack, home
         finally:
             stack.close()
+
+
+def size_arguments(
+    parser: argparse.ArgumentParser, seconds: float, settle: float, window: str
+) -> None:
+    """The options every whole-stack benchmark takes: sizes, window, settle time, JSON."""
+    parser.add_argument("--intents", default="0,1000,10000", help="stored intents, per run")
+    parser.add_argument("--seconds", type=float, default=seconds, help=f"{window} per run")
+    parser.add_argument("--settle", type=float, default=settle, help="seconds after loading")
+    parser.add_argument("--json", type=Path, help="write the rows here too")
+
+
+def run_case(n: int, args: argparse.Namespace) -> dict[str, Any]:
+    rng = random.Random(7)
+    intents = [make_intent(k, rng) for k in range(n)]
+    # room for the intents the load adds
+    room = n + int(args.rate * args.seconds) + 100
+    with bench_stack(SERVICES, room, args.backend) as (stack, home):
+        return measure(stack, home, intents, args)
 
 
 def measure(stack: Any, home: Path, intents: list[Any], args: argparse.Namespace) -> dict[str, Any]:
@@ -254,15 +308,7 @@ def measure(stack: Any, home: Path, intents: list[Any], args: argparse.Namespace
     time.sleep(2.0)
     rss_start = rss_mb(procs)
     started = time.perf_counter()
-    with ThreadPoolExecutor(8) as pool:
-        list(
-            pool.map(
-                lambda i: stub.SubmitIntent(
-                    allocator_pb2.SubmitIntentRequest(intent=i), timeout=30
-                ),
-                intents,
-            )
-        )
+    submit_all(stub, intents)
     load_s = time.perf_counter() - started
     wait_for_plan(stub, n)
     time.sleep(args.settle)
@@ -458,11 +504,9 @@ def table(rows: list[dict[str, Any]]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--intents", default="0,1000,10000", help="stored intents, per run")
-    parser.add_argument("--seconds", type=float, default=15.0, help="load window per run")
+    size_arguments(parser, seconds=15.0, settle=3.0, window="load window")
     parser.add_argument("--rate", type=float, default=100.0, help="SubmitIntent and GetPlan /s")
     parser.add_argument("--watchers", type=int, default=2, help="WatchPlans streams")
-    parser.add_argument("--settle", type=float, default=3.0, help="seconds after loading")
     parser.add_argument("--backend", default="modeled", choices=("modeled", "real"))
     parser.add_argument(
         "--get-plan",
@@ -478,17 +522,7 @@ def main() -> None:
         help="deltas: the streams ask for WatchPlans deltas and merge them (PlanMirror); "
         "whole: every message is the whole plan",
     )
-    parser.add_argument("--json", type=Path, help="write the rows here too")
-    args = parser.parse_args()
-    rows = []
-    for n in (int(x) for x in args.intents.split(",")):
-        row = run_case(n, args)
-        rows.append(row)
-        print(json.dumps(row), flush=True)
-    print(table(rows))
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(rows, indent=2))
+    run_sizes(parser.parse_args(), run_case, table)
 
 
 if __name__ == "__main__":

@@ -124,6 +124,7 @@ def create_app(settings: ServiceSettings) -> Starlette:
     env.filters["ms"] = format_ms
     env.filters["pct"] = lambda v, digits=0: "-" if v is None else f"{v * 100:.{digits}f}%"
     env.filters["clock"] = lambda t: time.strftime("%H:%M:%S", time.localtime(t))
+    env.filters["count"] = lambda n: f"{int(n):,}"
     env.globals["htmx_script"] = HTMX_SCRIPT
 
     @contextlib.asynccontextmanager

@@ -11,10 +11,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from parfusion.v1 import intent_pb2
+from services.common.latency import is_unbounded
 from services.dashboard import metrics
 from services.dashboard.clients import Reading, ServiceClients
 from services.dashboard.timeline import Observation, OnlinePoint, Timeline
@@ -81,7 +83,9 @@ class Observer:
             policies=policies,
         )
         self.snapshot = snapshot
-        self.timeline.update(snapshot.taken_at, observe(snapshot))
+        last = self.timeline.last()
+        charted = {p.name for p in last.online} if last is not None else set()
+        self.timeline.update(snapshot.taken_at, observe(snapshot, charted))
         metrics.POLL_SECONDS.observe(time.perf_counter() - started)
         for service in SERVICES:
             metrics.SERVICE_UP.labels(service=service).set(1 if snapshot.up(service) else 0)
@@ -104,8 +108,9 @@ class Observer:
                 pass
 
 
-def observe(snapshot: Snapshot) -> Observation:
-    """The plain facts of one poll the timeline tracks."""
+def observe(snapshot: Snapshot, charted: Collection[str] = ()) -> Observation:
+    """The plain facts of one poll the timeline tracks; ``charted`` are the online intents
+    the last poll charted (see chart_points)."""
     plan_reading = snapshot.reading("allocator")
     node_reading = snapshot.reading("nodeagent")
     bridge_reading = snapshot.reading("bridge")
@@ -161,7 +166,10 @@ def observe(snapshot: Snapshot) -> Observation:
                 transitions.append((float(tr["at"]), str(tr.get("from")), str(tr.get("to"))))
     return Observation(
         policy=(plan.policy or plan.node_plan.policy) if plan is not None else None,
-        online=tuple(online),
+        online=tuple(chart_points(online, charted)),
+        levels={p.name: p.degradation for p in online},
+        counts={p.name: (p.completed, p.misses) for p in online if p.observed},
+        online_total=len(online),
         contention=plan.node_plan.contention if plan is not None else None,
         disturbance=disturbance,
         robot_state=robot_state,
@@ -173,3 +181,45 @@ def observe(snapshot: Snapshot) -> Observation:
             if a.state
         },
     )
+
+
+CHART_SERIES = 5  # online intents the latency chart draws (its legend holds five)
+
+
+def _attention(p: OnlinePoint) -> tuple[int, float]:
+    """How much an online intent asks to be charted: over its deadline (observed), then
+    degraded or predicted over it, then the rest; nearer its deadline first within each."""
+    deadline = p.deadline_ms if p.deadline_ms > 0 else 0.0
+    ratio = p.p99_ms / deadline if deadline and not is_unbounded(p.p99_ms) else 0.0
+    if p.observed and deadline and p.p99_ms > deadline:
+        return 2, ratio
+    if p.degradation != "NORMAL" or (deadline and p.predicted_p99_ms > deadline):
+        return 1, ratio
+    return 0, ratio
+
+
+def chart_points(
+    points: Sequence[OnlinePoint], charted: Collection[str] = (), limit: int = CHART_SERIES
+) -> list[OnlinePoint]:
+    """The online intents to chart, at most ``limit``, in their own order. An intent charted
+    before stays (its line goes on) unless one that asks for attention at a higher level is
+    left out; free places go to those that ask most."""
+    if len(points) <= limit:
+        return list(points)
+    need = {p.name: _attention(p) for p in points}
+    ranked = sorted(points, key=lambda p: (-need[p.name][0], -need[p.name][1], p.name))
+    chosen = [p.name for p in points if p.name in charted][:limit]
+    for p in ranked:
+        if len(chosen) >= limit:
+            break
+        if p.name not in chosen:
+            chosen.append(p.name)
+    for p in ranked:  # a higher level takes the place of the weakest charted one
+        if p.name in chosen:
+            continue
+        weakest = min(chosen, key=lambda name: need[name])
+        if need[p.name][0] <= need[weakest][0]:
+            break
+        chosen[chosen.index(weakest)] = p.name
+    keep = set(chosen)
+    return [p for p in points if p.name in keep]

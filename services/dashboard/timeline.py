@@ -40,6 +40,21 @@ class Observation:
     robot_transitions: tuple[tuple[float, str, str], ...] = ()
     services_up: dict[str, bool] = field(default_factory=dict)
     allocation_states: dict[str, str] = field(default_factory=dict)
+    # every online intent, where `online` holds only the charted ones (None: those in
+    # `online`): its degradation level, and its (completed, missed) counters once observed
+    levels: dict[str, str] | None = None
+    counts: dict[str, tuple[int, int]] | None = None
+    online_total: int = 0  # online intents on the node (`online` may chart fewer)
+
+    def all_levels(self) -> dict[str, str]:
+        if self.levels is not None:
+            return self.levels
+        return {p.name: p.degradation for p in self.online}
+
+    def all_counts(self) -> dict[str, tuple[int, int]]:
+        if self.counts is not None:
+            return self.counts
+        return {p.name: (p.completed, p.misses) for p in self.online if p.observed}
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +62,10 @@ class Sample:
     t: float
     online: tuple[OnlinePoint, ...]
     contention: float | None
+    # requests completed and deadlines missed since the sample before, over every online
+    # intent (charted or not); an intent whose counters went back (restarted) adds nothing
+    done: int = 0
+    missed: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,7 +102,8 @@ class Timeline:
             prev = self._last
             self._last = obs
             if obs.online or obs.contention is not None:
-                self.samples.append(Sample(t, obs.online, obs.contention))
+                done, missed = _progress(prev, obs)
+                self.samples.append(Sample(t, obs.online, obs.contention, done, missed))
             found = list(self._changes(t, prev, obs))
             found.extend(self._robot(t, prev, obs))
             found.sort(key=lambda e: e.t)
@@ -123,11 +143,13 @@ class Timeline:
             return out
         if obs.policy and prev.policy and obs.policy != prev.policy:
             out.append(Event(t, "policy", f"policy {prev.policy} -> {obs.policy}"))
-        before = {p.name: p.degradation for p in prev.online}
-        for point in obs.online:
-            old = before.get(point.name)
-            if old and old != point.degradation:
-                out.append(Event(t, "degradation", f"{point.name} {old} -> {point.degradation}"))
+        before = prev.all_levels()
+        moved = [
+            f"{name} {before[name]} -> {level}"
+            for name, level in obs.all_levels().items()
+            if before.get(name) and before[name] != level
+        ]
+        out.extend(_named(t, "degradation", moved, "changed level"))
         if obs.disturbance and not prev.disturbance:
             cpu, gpu, net = obs.disturbance
             out.append(
@@ -135,10 +157,12 @@ class Timeline:
             )
         elif prev.disturbance and not obs.disturbance:
             out.append(Event(t, "disturbance", "disturbance over"))
-        for name, state in obs.allocation_states.items():
-            old = prev.allocation_states.get(name)
-            if state == "PREEMPTED" and old not in (None, "PREEMPTED"):
-                out.append(Event(t, "preemption", f"{name} preempted"))
+        preempted = [
+            f"{name} preempted"
+            for name, state in obs.allocation_states.items()
+            if state == "PREEMPTED" and prev.allocation_states.get(name) not in (None, "PREEMPTED")
+        ]
+        out.extend(_named(t, "preemption", preempted, "preempted"))
         for service, up in obs.services_up.items():
             was = prev.services_up.get(service)
             if was is True and not up:
@@ -162,23 +186,51 @@ class Timeline:
             visible.insert(0, RobotSpan(earlier[-1].state, start))
         return samples, events, visible
 
+    def last(self) -> Observation | None:
+        """The latest observation."""
+        with self._lock:
+            return self._last
+
     def recent_events(self, limit: int = 40) -> list[Event]:
         with self._lock:
             return list(self.events)[-limit:][::-1]
 
     def miss_ratio(self, now: float, seconds: float) -> float | None:
-        """Deadline misses over completions across online intents in the last ``seconds``."""
+        """Deadline misses over completions across online intents in the last ``seconds``
+        (the progress of each sample after the window's first)."""
         with self._lock:
             window = [s for s in self.samples if s.t >= now - seconds and s.online]
         if len(window) < 2:
             return None
-        first = {p.name: p for p in window[0].online if p.observed}
-        last = {p.name: p for p in window[-1].online if p.observed}
-        done = missed = 0
-        for name, point in last.items():
-            base = first.get(name)
-            if base is None or point.completed < base.completed:
-                continue
-            done += point.completed - base.completed
-            missed += max(0, point.misses - base.misses)
+        done = sum(s.done for s in window[1:])
+        missed = sum(s.missed for s in window[1:])
         return missed / done if done else None
+
+
+NAMED_EVENTS = 5  # events naming an intent per kind and poll; the rest are one counted event
+
+
+def _named(t: float, kind: str, labels: list[str], what: str) -> list[Event]:
+    """One event per label, at most NAMED_EVENTS, then one for the rest: on a node with
+    thousands of intents one poll must not push every other event out of the timeline."""
+    out = [Event(t, kind, label) for label in labels[:NAMED_EVENTS]]
+    rest = len(labels) - NAMED_EVENTS
+    if rest > 0:
+        out.append(Event(t, kind, f"{rest:,} more intents {what}"))
+    return out
+
+
+def _progress(prev: Observation | None, obs: Observation) -> tuple[int, int]:
+    """Requests completed and deadlines missed between two observations, summed over the
+    online intents observed in both."""
+    if prev is None:
+        return 0, 0
+    before = prev.all_counts()
+    done = missed = 0
+    for name, (completed, misses) in obs.all_counts().items():
+        base = before.get(name)
+        if base is None or completed < base[0]:
+            continue
+        done += completed - base[0]
+        missed += max(0, misses - base[1])
+    return done, missed

@@ -6,6 +6,7 @@ service did not answer, so the template can say so and the other panels render a
 
 from __future__ import annotations
 
+import heapq
 import time
 from collections.abc import Iterable
 from typing import Any
@@ -17,6 +18,33 @@ from services.dashboard.observer import Snapshot, enum_name
 from services.dashboard.timeline import Timeline
 
 DEGRADATION_RANK = {"NORMAL": 0, "FP16": 1, "INT8": 2}
+# Rows a table shows at most: a node with thousands of intents would otherwise send megabytes
+# of HTML every poll. `parfusion plan`, `parfusion intents` and GetPlan give every row.
+TABLE_ROWS = 100
+CLASS_ORDER = {"URGENT": 0, "ROBOT": 1, "ONLINE": 2, "BATCH": 3}
+_UNMET = (intent_pb2.ALLOCATION_STATE_THROTTLED, intent_pb2.ALLOCATION_STATE_PREEMPTED)
+
+
+def attention(a: Any) -> tuple[int, float]:
+    """Sort key of an allocation, most in need of an operator's eye first: throttled,
+    preempted or with negative slack, then degraded, then the rest; higher risk first."""
+    if a.state in _UNMET or (a.deadline_ms and a.slack_ms < 0):
+        level = 0
+    elif a.state == intent_pb2.ALLOCATION_STATE_DEGRADED:
+        level = 1
+    else:
+        level = 2
+    return level, -a.deadline_risk
+
+
+def first_rows(items: Iterable[Any], key: Any = None) -> tuple[list[Any], int]:
+    """At most TABLE_ROWS items (the first by ``key`` when given) and how many there were."""
+    items = list(items)
+    if len(items) <= TABLE_ROWS:
+        return items, len(items)
+    if key is None:
+        return items[:TABLE_ROWS], len(items)
+    return heapq.nsmallest(TABLE_ROWS, items, key=key), len(items)
 
 
 def cpu_ranges(cpus: Iterable[int]) -> str:
@@ -70,9 +98,12 @@ def allocation_rows(
     allocations: Iterable[Any],
     intents: dict[str, Any],
     observed: dict[str, float] | None = None,
+    *,
+    by_class: bool = True,
 ) -> list[dict[str, Any]]:
-    """One row per allocation; with `observed` (observed_tails), the observed tail beside the
-    prediction and the prediction's error (predicted / observed - 1; None: nothing to compare)."""
+    """One row per allocation, by class and name (``by_class``) or in the given order; with
+    `observed` (observed_tails), the observed tail beside the prediction and the prediction's
+    error (predicted / observed - 1; None: nothing to compare)."""
     rows = []
     for a in allocations:
         intent = intents.get(a.intent_id)
@@ -108,8 +139,8 @@ def allocation_rows(
                 "preempted": a.preempted_units,
             }
         )
-    order = {"URGENT": 0, "ROBOT": 1, "ONLINE": 2, "BATCH": 3}
-    rows.sort(key=lambda r: (order.get(r["cls"], 4), r["name"]))
+    if by_class:
+        rows.sort(key=lambda r: (CLASS_ORDER.get(r["cls"], 4), r["name"]))
     return rows
 
 
@@ -140,11 +171,15 @@ def allocator(snapshot: Snapshot) -> dict[str, Any]:
     if plan is None:
         return {"error": error, "rows": []}
     intents = _intents(snapshot)
+    shown, total = first_rows(plan.node_plan.allocations, attention)
+    # a cut table keeps the attention order it was cut in
+    rows = allocation_rows(
+        shown, intents, observed_tails(snapshot, intents), by_class=total == len(shown)
+    )
     return {
         "error": "",
-        "rows": allocation_rows(
-            plan.node_plan.allocations, intents, observed_tails(snapshot, intents)
-        ),
+        "rows": rows,
+        "total": total,
         "policy": plan.policy or plan.node_plan.policy,
         "generation": plan.node_plan.generation,
         "cpu_units": plan.node_plan.cpu_units,
@@ -155,12 +190,18 @@ def allocator(snapshot: Snapshot) -> dict[str, Any]:
 
 def preview(response: Any, snapshot: Snapshot) -> dict[str, Any]:
     intents = _intents(snapshot)
-    current = {r["name"]: r for r in allocation_rows(response.current.allocations, intents)}
+    shown, total = first_rows(response.preview.allocations, attention)
+    ids = {a.intent_id for a in shown}
+    now_rows = allocation_rows(
+        (a for a in response.current.allocations if a.intent_id in ids), intents
+    )
+    current = {r["name"]: r for r in now_rows}
     rows = []
-    for row in allocation_rows(response.preview.allocations, intents):
+    for row in allocation_rows(shown, intents, by_class=total == len(shown)):
         rows.append({"preview": row, "current": current.get(row["name"])})
     return {
         "rows": rows,
+        "total": total,
         "preview_contention": response.preview.contention,
         "current_contention": response.current.contention,
         "policy": response.preview.policy,
@@ -189,7 +230,8 @@ def intents(snapshot: Snapshot) -> dict[str, Any]:
     if reading is None or not reading.ok or reading.value is None:
         return {"error": reading.error if reading else "waiting for the allocator", "rows": []}
     rows = []
-    for i in reading.value.intents:
+    shown, total = first_rows(reading.value.intents)
+    for i in shown:
         rows.append(
             {
                 "name": i.name,
@@ -209,15 +251,15 @@ def intents(snapshot: Snapshot) -> dict[str, Any]:
                 ),
             }
         )
-    return {"error": "", "rows": rows}
+    return {"error": "", "rows": rows, "total": total}
 
 
 def gpu(snapshot: Snapshot) -> dict[str, Any]:
     response, error = _value(snapshot, "gpulane")
     plan_value, _ = _value(snapshot, "allocator")
-    assignments = list(plan_value.gpu_plan.assignments) if plan_value is not None else []
+    assignments, total = first_rows(plan_value.gpu_plan.assignments if plan_value else ())
     if response is None:
-        return {"error": error, "assignments": assignments}
+        return {"error": error, "assignments": assignments, "assignments_total": total}
     tel = response.telemetry
     return {
         "error": "",
@@ -229,6 +271,7 @@ def gpu(snapshot: Snapshot) -> dict[str, Any]:
         "lanes": list(tel.lanes),
         "gpu_pressure": tel.gpu_pressure,
         "assignments": assignments,
+        "assignments_total": total,
         "gpu_intent_enabled": plan_value.gpu_plan.gpu_intent_enabled if plan_value else None,
     }
 
@@ -238,6 +281,7 @@ def node(snapshot: Snapshot) -> dict[str, Any]:
     if response is None:
         return {"error": error}
     tel = response.telemetry
+    pools, pools_total = first_rows(tel.pools, lambda p: (-p.workers, -p.queued, p.intent_id))
     return {
         "error": "",
         "backend": tel.backend,
@@ -252,7 +296,9 @@ def node(snapshot: Snapshot) -> dict[str, Any]:
             ("memory", tel.memory_pressure),
             ("io", tel.io_pressure),
         ],
-        "pools": list(tel.pools),
+        # the pools with workers and queued work first when there are too many to show
+        "pools": pools,
+        "pools_total": pools_total,
         "disturbance": tel.active_disturbance if tel.disturbance_remaining_s > 0 else None,
         "disturbance_remaining_s": tel.disturbance_remaining_s,
     }
@@ -324,7 +370,15 @@ def latency(timeline: Timeline, now: float, window_s: float) -> dict[str, Any]:
     on the same time axis (they come in bursts of six and would bury the rest)."""
     samples, events, spans = timeline.window(now, window_s)
     marked = [e for e in events if e.kind != "robot"]
+    last = timeline.last()
+    charted = len(last.online) if last is not None else 0
+    total = last.online_total if last is not None else 0
     return {
+        # on a node with more online intents than the chart draws, which ones it draws
+        "cut": f"charting {charted} of {total:,} online intents: over their deadline, then "
+        "degraded or predicted over it, nearest their deadline first"
+        if total > charted
+        else "",
         "svg": chart.latency_chart(samples, marked, now=now, window_s=window_s),
         "robot_svg": chart.robot_timeline(spans, now=now, window_s=window_s),
         "legend": [

@@ -134,3 +134,20 @@ def test_bench_system_drives_the_real_stack_and_reports_every_column(tmp_path: P
         server = row["server_ms"][call]
         assert 0 < server["p50_ms"] <= server["p99_ms"] < 1e3
     assert re.search(r"^\| 20 \| .*\(\d+\.\d\) \| .*\(\d+\.\d\) \|", out, re.M), out
+    # the streams asked for deltas and kept the plan from them (PlanMirror raises otherwise)
+    assert row["watch_mode"] == "deltas" and row["watched_plans"] > 0
+
+
+@pytest.mark.slow
+def test_bench_dashboard_reads_every_panel_of_a_real_stack(tmp_path: Path) -> None:
+    """A short run of the page and every panel it polls against a real stack: each answered
+    with a body, timed (the tables' cut is tested in tests/dashboard/test_live.py)."""
+    _run(
+        "bench/bench_dashboard.py", "--intents", "150", "--seconds", "2", "--every", "0.5",
+        "--settle", "1", "--json", str(tmp_path / "dashboard.json"),
+    )  # fmt: skip
+    row = json.loads((tmp_path / "dashboard.json").read_text())[0]
+    assert row["intents"] == 150 and 0 < row["rss_mb"]["start"] <= row["rss_mb"]["peak"]
+    requests = row["requests"]
+    assert set(requests) >= {"/", "/partials/allocator", "/partials/latency"}
+    assert all(r["max_bytes"] > 0 and r["median_ms"] > 0 for r in requests.values())

@@ -19,6 +19,9 @@ from services.allocator.server import RunningAllocator, start_allocator
 from services.common.clients import channel
 from services.common.config import ServiceSettings, build_settings
 from services.dashboard.app import create_app
+from services.dashboard.observer import CHART_SERIES
+from services.dashboard.views import TABLE_ROWS
+from tests.allocator.conftest import batch_intent, online_intent
 from tests.conftest import free_port
 from tests.dashboard.conftest import HTMX
 
@@ -143,3 +146,36 @@ def test_guided_demo_drives_the_allocator_and_reports_what_failed(
         chart = client.get("/partials/latency").text
         for label in ("1 Baseline", "2 PARFusion", "5 Recovery", "guided demo done"):
             assert f'data-label="{label}"' in chart
+
+
+def test_a_node_with_more_intents_than_a_table_shows(
+    allocator: RunningAllocator, dashboard_settings: Callable[..., ServiceSettings]
+) -> None:
+    """With more intents than TABLE_ROWS the tables show TABLE_ROWS rows and say how many
+    there are, the chart draws at most CHART_SERIES online intents and says so, and a
+    throttled intent is among the allocation rows shown whatever its name."""
+    jobs, online = TABLE_ROWS + 50, CHART_SERIES + 3
+    with channel(allocator.address) as ch:
+        stub = allocator_pb2_grpc.AllocatorServiceStub(ch)
+        batch = [batch_intent(f"job-{k:03d}", f"job-{k:03d}") for k in range(jobs)]
+        web = [online_intent(f"web-{k}", f"web-{k}", deadline_ms=500.0) for k in range(online)]
+        # a deadline no allocation can meet: the plan throttles or degrades it
+        hopeless = online_intent("zz-hopeless", "zz-hopeless", deadline_ms=1.0)
+        for intent in (*batch, *web, hopeless):
+            stub.SubmitIntent(allocator_pb2.SubmitIntentRequest(intent=intent), timeout=5)
+    total = jobs + online + 1 + 3  # and the three demo intents
+    settings = dashboard_settings(allocator_address=allocator.address)
+    with TestClient(create_app(settings)) as client:
+        _wait(lambda: f"of {total:,} allocations" in client.get("/partials/allocator").text)
+        table = client.get("/partials/allocator").text
+        rows = _rows(table, "allocation-table")
+        assert len(rows) == TABLE_ROWS
+        assert "zz-hopeless" in rows  # last by name, first by attention
+        intents = client.get("/partials/intents").text
+        assert len(re.findall(r'<tr data-intent="', intents)) == TABLE_ROWS
+        assert f"of {total:,} intents" in intents
+        _wait(lambda: "charting" in client.get("/partials/latency").text)
+        latency = client.get("/partials/latency").text
+        assert f"charting {CHART_SERIES} of" in latency
+        page = client.get("/").text
+        assert len(page) < 400_000  # the page grows with TABLE_ROWS, not with the intents

@@ -1,8 +1,10 @@
-"""Timeline change detection: each change in the observed facts becomes one event, once."""
+"""Timeline change detection: each change in the observed facts becomes one event, once; on a
+node with thousands of intents the chart and the events stay readable."""
 
 from __future__ import annotations
 
-from services.dashboard.timeline import Observation, OnlinePoint, Timeline
+from services.dashboard.observer import chart_points
+from services.dashboard.timeline import NAMED_EVENTS, Observation, OnlinePoint, Timeline
 
 
 def _obs(**kw: object) -> Observation:
@@ -55,3 +57,45 @@ def test_miss_ratio_is_over_the_window_not_since_start() -> None:
     assert tl.miss_ratio(20.0, 15.0) == 10 / 100
     assert tl.miss_ratio(20.0, 25.0) == 10 / 200
     assert tl.miss_ratio(20.0, 1.0) is None
+
+
+def _point(name: str, p99: float, level: str = "NORMAL", deadline: float = 50.0) -> OnlinePoint:
+    return OnlinePoint(name, p99, p99, deadline, degradation=level, observed=True)
+
+
+def test_the_chart_keeps_its_intents_until_one_needs_it_more() -> None:
+    calm = [_point(f"web-{k}", 10.0 + k) for k in range(8)]
+    first = chart_points(calm, (), limit=3)
+    assert [p.name for p in first] == ["web-5", "web-6", "web-7"]  # nearest their deadline
+    # calm intents drifting closer to their deadline do not move the chart
+    drift = [_point(f"web-{k}", 40.0 - k) for k in range(8)]
+    kept = chart_points(drift, {p.name for p in first}, limit=3)
+    assert [p.name for p in kept] == ["web-5", "web-6", "web-7"]
+    # one over its deadline takes the place of the calmest charted one
+    over = [*drift[:2], _point("web-2", 80.0), *drift[3:]]
+    moved = chart_points(over, {p.name for p in kept}, limit=3)
+    assert [p.name for p in moved] == ["web-2", "web-5", "web-6"]
+    assert chart_points(calm[:3], (), limit=3) == calm[:3]
+
+
+def test_miss_ratio_counts_every_online_intent_not_only_the_charted() -> None:
+    tl = Timeline()
+    charted = (OnlinePoint("web-0", 1, 1, 50, observed=True),)
+    for t, done, missed in ((0.0, 0, 0), (10.0, 100, 5)):
+        counts = {f"web-{k}": (done, missed) for k in range(20)}
+        tl.update(t, _obs(online=charted, counts=counts, online_total=20))
+    assert tl.miss_ratio(10.0, 20.0) == 100 / 2000
+
+
+def test_one_poll_with_thousands_of_changes_names_a_few_and_counts_the_rest() -> None:
+    tl = Timeline()
+    names = [f"web-{k}" for k in range(1000)]
+    tl.update(1.0, _obs(levels=dict.fromkeys(names, "NORMAL"),
+                        allocation_states=dict.fromkeys(names, "ADMITTED")))  # fmt: skip
+    found = tl.update(2.0, _obs(levels=dict.fromkeys(names, "FP16"),
+                                allocation_states=dict.fromkeys(names, "PREEMPTED")))  # fmt: skip
+    degradation = [e.label for e in found if e.kind == "degradation"]
+    preemption = [e.label for e in found if e.kind == "preemption"]
+    assert degradation[:NAMED_EVENTS] == [f"web-{k} NORMAL -> FP16" for k in range(NAMED_EVENTS)]
+    assert degradation[NAMED_EVENTS:] == [f"{1000 - NAMED_EVENTS:,} more intents changed level"]
+    assert len(preemption) == NAMED_EVENTS + 1 and preemption[-1].endswith("more intents preempted")
