@@ -224,6 +224,8 @@ def node_intent_state_crd() -> dict[str, Any]:
         planGeneration=_INT,
         lanes={"type": "array", "items": lane},
         residents={"type": "array", "items": resident},
+        residentsTotal=_INT,
+        omittedResidents={"type": "array", "items": _STRING},
         heartbeat=_TIME,
     )
     return _crd(

@@ -36,6 +36,7 @@ from services.allocator.kube import GROUP, VERSION, IntentReconciler
 from services.allocator.loop import ControlLoop
 from services.common.kube import TokenBucket, api_error_message, connect
 from services.core import convert
+from services.core.model import IntentSpec
 from services.core.placement import view_of
 
 log = logging.getLogger(__name__)
@@ -62,6 +63,17 @@ class PublishConfig:
     status_writes_per_s: float = 10.0
     state_min_interval_s: float = 1.0
     state_heartbeat_s: float = 10.0
+
+
+# Residents a NodeIntentState lists in full (the newest; the others by id only): a status
+# is one API object, and the API server refuses one over 3 MiB (etcd, 1.5 MiB by default).
+# 500 listed intents are about 0.3 MB; the ids of 10,000 more (the store's default limit)
+# about 0.2 MB.
+STATE_RESIDENTS = 500
+
+
+def _decision(allocation: intent_pb2.Allocation | None) -> str:
+    return DECISIONS.get(allocation.state, "Pending") if allocation else "Pending"
 
 
 def now_rfc3339() -> str:
@@ -160,6 +172,9 @@ class StatusPublisher:
         )
         self._written: dict[str, tuple[dict[str, Any], list[dict], float]] = {}  # uid -> ...
         self._state_key: Any = None
+        # per resident id: the stored intent its spec and document were made from (a stored
+        # intent is replaced, never changed), the spec, and the document once listed
+        self._residents: dict[str, tuple[Any, IntentSpec, dict[str, Any] | None]] = {}
         self._state_at = -math.inf
         self._state_created = False
         self.writes = {"status": 0, "state": 0, "errors": 0}
@@ -245,17 +260,18 @@ class StatusPublisher:
         allocations = {a.intent_id: a for a in current.node_plan.allocations} if current else {}
         here = ("", self.node)
         stored = [s for s in self.loop.store.list_intents() if s.intent.node in here]
-        specs = [convert.intent_to_spec(s.intent, seq=s.seq) for s in stored]
+        specs = self._specs(stored)
         free = view_of(node, specs, {}, self.loop.config.dmug).free_units
         lane_free = {lane.name: float(lane.share_units) for lane in node.lanes if lane.available}
         for spec in specs:
             if spec.gpu_share > 0 and spec.gpu_lane in lane_free:
                 lane_free[spec.gpu_lane] -= spec.gpu_share * 100
+        decisions = [
+            (allocations.get(spec.id), spec) for spec in specs
+        ]  # every resident's, for the change key; the newest STATE_RESIDENTS are listed
+        cut = max(len(stored) - STATE_RESIDENTS, 0)
         residents = []
-        for s, spec in zip(stored, specs, strict=True):
-            allocation = allocations.get(spec.id)
-            document = json_format.MessageToDict(s.intent)
-            document.pop("createdAt", None)
+        for s, (allocation, spec) in zip(stored[cut:], decisions[cut:], strict=True):
             residents.append(
                 {
                     "id": spec.id,
@@ -265,10 +281,8 @@ class StatusPublisher:
                     "units": allocation.units if allocation else 0,
                     "slackMs": _ms(allocation.slack_ms) if allocation else 0.0,
                     "deadlineRisk": round(allocation.deadline_risk, 4) if allocation else 0.0,
-                    "decision": DECISIONS.get(allocation.state, "Pending")
-                    if allocation
-                    else "Pending",
-                    "intent": document,
+                    "decision": _decision(allocation),
+                    "intent": self._document(s),
                 }
             )
         lanes = [
@@ -291,15 +305,37 @@ class StatusPublisher:
             "planGeneration": current.generation if current else 0,
             "lanes": lanes,
             "residents": residents,
+            "residentsTotal": len(stored),
+            "omittedResidents": [spec.id for spec in specs[:cut]],
         }
         key = (
             node.cpu_units,
             free,
             round(node.contention * 20),
-            tuple((r["id"], r["units"], r["decision"]) for r in residents),
+            tuple((spec.id, a.units if a else 0, _decision(a)) for a, spec in decisions),
             tuple((lane["name"], lane["freeShareUnits"]) for lane in lanes),
         )
         return status, key
+
+    def _specs(self, stored: list[Any]) -> list[IntentSpec]:
+        """The residents' specs, made once per stored intent."""
+        cache, kept = self._residents, {}
+        for s in stored:
+            entry = cache.get(s.intent.id)
+            if entry is None or entry[0] is not s:
+                entry = (s, convert.intent_to_spec(s.intent, seq=s.seq), None)
+            kept[s.intent.id] = entry
+        self._residents = kept
+        return [entry[1] for entry in kept.values()]
+
+    def _document(self, stored: Any) -> dict[str, Any]:
+        """A listed resident's intent as the NodeIntentState carries it, made once."""
+        held, spec, document = self._residents[stored.intent.id]
+        if document is None:
+            document = json_format.MessageToDict(stored.intent)
+            document.pop("createdAt", None)
+            self._residents[stored.intent.id] = (held, spec, document)
+        return document
 
     def _publish_state(self) -> None:
         status, key = self.node_state()

@@ -49,6 +49,7 @@ class _Lane(msgspec.Struct):
     name: str = ""
     gpus: int = 0
     shareUnits: int = 0  # noqa: N815
+    freeShareUnits: float = 0.0  # noqa: N815
 
 
 class _Resident(msgspec.Struct):
@@ -61,6 +62,10 @@ class _StateStatus(msgspec.Struct):
     contention: float = 0.0
     lanes: list[_Lane] = msgspec.field(default_factory=list)
     residents: list[_Resident] = msgspec.field(default_factory=list)
+    # a node with more residents than the status lists: the others' ids, and the free units
+    # after all of them
+    omittedResidents: list[str] = msgspec.field(default_factory=list)  # noqa: N815
+    freeUnits: int = 0  # noqa: N815
     heartbeat: str = ""
 
 
@@ -95,6 +100,9 @@ def telemetry_of(obj: NodeIntentStateObject, observed_at: float) -> NodeTelemetr
         lanes=lanes or None,  # no GPUs reported: the Node object's lane labels stand
         residents=tuple(residents),
         observed_at=observed_at,
+        omitted=frozenset(status.omittedResidents),
+        free_units=status.freeUnits,
+        free_lane_units={lane.name: lane.freeShareUnits for lane in status.lanes},
     )
 
 

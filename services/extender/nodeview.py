@@ -119,6 +119,11 @@ class NodeTelemetry:
     lanes: tuple[LaneCapacity, ...] | None  # None: GPU-lane service not reachable
     residents: tuple[IntentSpec, ...]
     observed_at: float
+    # a node with more residents than its NodeIntentState lists: the ids of the others, and
+    # the free units and lane share units after all of them, as that node's allocator counted
+    omitted: frozenset[str] = frozenset()
+    free_units: int = 0
+    free_lane_units: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -249,10 +254,12 @@ class ClusterView:
         rec = obj or NodeRecord(
             name=name, cpu_units=tel.cpu_units if tel else 0, source="telemetry"
         )
-        residents = placed
+        residents = counted = placed
+        cut = tel if tel is not None and tel.omitted else None
         if tel is not None:
-            known = {i.id for i in tel.residents}
-            residents = tel.residents + tuple(i for i in placed if i.id not in known)
+            known = {i.id for i in tel.residents} | tel.omitted
+            counted = tuple(i for i in placed if i.id not in known)  # not adopted yet
+            residents = tel.residents + counted
             rec = replace(
                 rec,
                 cpu_units=tel.cpu_units or rec.cpu_units,
@@ -261,11 +268,18 @@ class ClusterView:
                 telemetry_at=tel.observed_at,
             )
         free = {lane.name: float(lane.share_units) for lane in rec.lanes if lane.available}
-        for intent in residents:
+        if cut is not None:  # the allocator's own count after every resident, listed or not
+            free = {name: cut.free_lane_units.get(name, units) for name, units in free.items()}
+        for intent in counted if cut is not None else residents:
             if intent.gpu_share > 0 and intent.gpu_lane in free:
                 free[intent.gpu_lane] -= intent.gpu_share * SHARE_UNITS_PER_GPU
         rec = replace(rec, residents=residents, free_lane_units=free)
-        if self.derive_placement:
+        if self.derive_placement and cut is not None:
+            # the allocator's free units less what the pods it has not adopted yet commit
+            view = self._placement(rec, counted)
+            taken = view.total_units - view.free_units
+            rec = replace(rec, placement=replace(view, free_units=max(cut.free_units - taken, 0)))
+        elif self.derive_placement:
             rec = replace(rec, placement=self._placement(rec, residents))
         self._merged[name] = rec
         self.columns.put(rec)

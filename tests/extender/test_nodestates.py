@@ -9,7 +9,10 @@ import msgspec
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from services.core.convert import intent_from_document, intent_to_spec
+from services.core.validation import normalize_intent
 from services.extender.nodestates import NodeIntentStateObject, heartbeat_age_s, telemetry_of
+from services.extender.nodeview import ClusterView
 
 ONLINE = {"id": "u1", "name": "web", "workloadClass": "WORKLOAD_CLASS_ONLINE",
           "slo": {"deadlineMs": 40}, "parallelism": {"min": 1, "max": 4}}  # fmt: skip
@@ -63,3 +66,34 @@ def test_hand_edited_residents_are_skipped_not_fatal(intents: list[dict[str, Any
         _state({"capacityUnits": 8, "residents": [{"id": "x", "intent": i} for i in intents]}), 0
     )
     assert report is not None and len(report.residents) <= len(intents)
+
+
+def _batch(intent_id: str, units: int) -> dict[str, Any]:
+    return {"id": intent_id, "name": intent_id, "workloadClass": "WORKLOAD_CLASS_BATCH",
+            "parallelism": {"min": units, "max": units}, "demand": {"workUnits": 10}}  # fmt: skip
+
+
+def test_a_cut_state_places_with_the_allocators_free_units() -> None:
+    """A state listing only some residents: its free units stand for all of them; a bound pod
+    the allocator already counts (listed or omitted) is not counted again, one it has not
+    adopted yet is taken off."""
+    state = telemetry_of(
+        _state(
+            {
+                "capacityUnits": 16,
+                "freeUnits": 10,
+                "residents": [{"id": "new", "intent": _batch("new", 2)}],
+                "omittedResidents": ["old-1", "old-2"],
+            }
+        ),
+        1.0,
+    )
+    assert state is not None and state.omitted == {"old-1", "old-2"} and state.free_units == 10
+    view = ClusterView()
+    view.set_telemetry([state])
+    assert view.get("n1").placement.free_units == 10
+    for pod_id in ("new", "old-1"):  # already counted by the allocator
+        view.place("n1", intent_to_spec(normalize_intent(intent_from_document(_batch(pod_id, 3)))))
+    assert view.get("n1").placement.free_units == 10
+    view.place("n1", intent_to_spec(normalize_intent(intent_from_document(_batch("pod", 3)))))
+    assert view.get("n1").placement.free_units == 7

@@ -9,9 +9,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import grpc
 import httpx
 import pytest
 
+from parfusion.v1 import allocator_pb2, allocator_pb2_grpc, intent_pb2
+from services.allocator.kubestatus import STATE_RESIDENTS
 from tests.kube.conftest import NODES, STALE_S, Cluster, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
@@ -173,6 +176,51 @@ def test_pods_bound_by_anyone_become_residents_in_the_extenders_view(cluster: Cl
     wait_for(lambda: uid in cluster.node_record("node-b")["residents"], "by-hand resident")
     cluster.plane.kubectl("delete", "pod", "by-hand", "--grace-period=0", "--force")
     wait_for(lambda: uid not in cluster.node_record("node-b")["residents"], "by-hand gone")
+
+
+def test_a_node_with_more_residents_than_its_state_lists(cluster: Cluster) -> None:
+    """Past STATE_RESIDENTS the NodeIntentState lists the newest in full and the others by
+    id (an API object has a size limit), with the allocator's free units after all of them;
+    the extender places with those figures."""
+    stack = cluster.nodes["node-b"]
+    before = state_of(cluster, "node-b")["residentsTotal"]
+    ids = [f"many-{k:04d}" for k in range(STATE_RESIDENTS + 100)]
+    with grpc.insecure_channel(stack.address("allocator")) as ch:
+        stub = allocator_pb2_grpc.AllocatorServiceStub(ch)
+        for intent_id in ids:
+            intent = intent_pb2.ResourceIntent(
+                id=intent_id, name=intent_id, workload_class=intent_pb2.WORKLOAD_CLASS_BATCH,
+                parallelism=intent_pb2.Parallelism(min=1, max=2),
+                demand=intent_pb2.Demand(work_units=10),
+            )  # fmt: skip
+            stub.SubmitIntent(allocator_pb2.SubmitIntentRequest(intent=intent), timeout=10)
+        total = before + len(ids)
+        state = wait_for(
+            lambda: (st := state_of(cluster, "node-b")).get("residentsTotal") == total and st,
+            "node-b's state with every resident counted",
+            timeout=30,
+        )
+        listed = [r["id"] for r in state["residents"]]
+        assert len(listed) == STATE_RESIDENTS and listed[-1] == ids[-1]  # the newest listed
+        assert len(state["omittedResidents"]) == total - STATE_RESIDENTS
+        assert set(listed).isdisjoint(state["omittedResidents"])
+        assert ids[0] in state["omittedResidents"]
+        size = len(json.dumps(cluster.plane.get("nodeintentstate", "node-b")))
+        assert size < 1_000_000, size
+        wait_for(
+            lambda: (
+                cluster.node_record("node-b")["free_units"]
+                == state_of(cluster, "node-b")["freeUnits"]
+            ),
+            "the extender's free units to be the allocator's",
+        )
+        for intent_id in ids:
+            stub.DeleteIntent(allocator_pb2.DeleteIntentRequest(id=intent_id), timeout=10)
+    wait_for(
+        lambda: state_of(cluster, "node-b").get("omittedResidents") == [],
+        "node-b listing every resident again",
+        timeout=30,
+    )
 
 
 def test_a_node_whose_allocator_stops_goes_stale_and_is_not_preferred(cluster: Cluster) -> None:
