@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import math
 import sys
+import threading
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -79,6 +80,8 @@ class AllocatorServicer(allocator_pb2_grpc.AllocatorServiceServicer):
         self.known_lanes = known_lanes
         self.node_name = node_name
         self._plan_replies = ReplyCache()  # GetPlan replies, shared within a tick
+        self._lists: dict[int, tuple[int, bytes]] = {}  # ListIntents: class -> version, reply
+        self._lists_lock = threading.Lock()
         self.watch_queue = watch_queue
 
     # --- intents -----------------------------------------------------------------------------
@@ -111,9 +114,19 @@ class AllocatorServicer(allocator_pb2_grpc.AllocatorServiceServicer):
         cls = request.workload_class
         if cls and cls not in convert.CLASS_TO_MODEL:
             raise InvalidArgument(f"unknown value {cls}", field="workload_class")
-        return allocator_pb2.ListIntentsResponse(
+        # serialized once per store version and filter: pollers (the dashboard every second,
+        # the extender) would otherwise copy and serialize every intent on every call
+        version = self.store.version  # read first: the list is at least this new
+        with self._lists_lock:
+            held = self._lists.get(cls)
+        if held is not None and held[0] == version:
+            return held[1]
+        wire = allocator_pb2.ListIntentsResponse(
             intents=[s.intent for s in self.store.list_intents(cls)]
-        )
+        ).SerializeToString()
+        with self._lists_lock:
+            self._lists[cls] = (version, wire)
+        return wire
 
     async def DeleteIntent(self, request: Any, context: Any) -> Any:  # noqa: N802
         if not request.id:
@@ -217,7 +230,8 @@ def serialize_reply(reply: Any) -> bytes:
 
 
 def add_allocator_service(servicer: AllocatorServicer, server: Any) -> None:
-    """The generated registration, with GetPlan and WatchPlans answering serialized bytes."""
+    """The generated registration, with GetPlan, WatchPlans and ListIntents answering
+    serialized bytes."""
     handlers: dict[str, Any] = {}
 
     class _Collect:
@@ -228,7 +242,7 @@ def add_allocator_service(servicer: AllocatorServicer, server: Any) -> None:
             handlers.update(methods)
 
     allocator_pb2_grpc.add_AllocatorServiceServicer_to_server(servicer, _Collect())
-    for method in ("GetPlan", "WatchPlans"):
+    for method in ("GetPlan", "WatchPlans", "ListIntents"):
         handlers[method] = handlers[method]._replace(response_serializer=serialize_reply)
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
     server.add_registered_method_handlers(SERVICE_NAME, handlers)

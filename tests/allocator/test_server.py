@@ -65,6 +65,16 @@ def test_submit_get_list_delete(start: Start, stub_for: StubFor) -> None:
     assert err.code() == grpc.StatusCode.NOT_FOUND
     err = _error(lambda: stub.GetIntent(allocator_pb2.GetIntentRequest(id="job-1"), timeout=5))
     assert err.code() == grpc.StatusCode.NOT_FOUND
+    # the lists follow the store (each is serialized once per store version and filter)
+    listed = stub.ListIntents(allocator_pb2.ListIntentsRequest(), timeout=5)
+    assert [i.id for i in listed.intents] == [web.intent.id]
+    batch_only = stub.ListIntents(
+        allocator_pb2.ListIntentsRequest(workload_class=intent_pb2.WORKLOAD_CLASS_BATCH), timeout=5
+    )
+    assert list(batch_only.intents) == []
+    job = _submit(stub, batch_intent(intent_id="job-2"))
+    listed = stub.ListIntents(allocator_pb2.ListIntentsRequest(), timeout=5)
+    assert list(listed.intents) == [web.intent, job.intent]
 
 
 def test_idempotent_resubmission_and_conflict(start: Start, stub_for: StubFor) -> None:
