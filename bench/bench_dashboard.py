@@ -5,8 +5,9 @@ moved to a free one, a temporary PARFUSION_HOME removed after), stores N intents
 classes (bench_loop's mix) through SubmitIntent, waits for them in the plan, then for a fixed
 time reads, every few seconds, the page and each panel the page polls as a browser would
 (`/` and `/partials/<panel>`): bytes and response time per request, and the dashboard's CPU and
-RSS. Reported per size: median and worst response time and the largest body per URL, the
-dashboard's CPU (% of one core) over the window and its RSS at the start, the peak and the end.
+RSS. Reported per size: median and worst response time and the largest body per URL, the CPU
+(% of one core) of the dashboard, the allocator and the node agent over the window, and the
+dashboard's RSS at the start, the peak and the end.
 
     .venv/bin/python bench/bench_dashboard.py --intents 0,1000,10000 --seconds 60
 """
@@ -78,7 +79,7 @@ def measure(stack: Any, home: Path, intents: list[Any], args: argparse.Namespace
     time.sleep(args.settle)  # a few dashboard polls of the full store
     rss_start = dashboard.memory_info().rss / 2**20
     peak = rss_start
-    cpu0 = dashboard.cpu_times()
+    cpu0 = {name: p.cpu_times() for name, p in procs.items()}
     timings: dict[str, list[float]] = {p: [] for p in PATHS}
     sizes: dict[str, int] = {p: 0 for p in PATHS}
     started = time.perf_counter()
@@ -90,7 +91,7 @@ def measure(stack: Any, home: Path, intents: list[Any], args: argparse.Namespace
         peak = max(peak, dashboard.memory_info().rss / 2**20)
         time.sleep(args.every)
     window = time.perf_counter() - started
-    cpu1 = dashboard.cpu_times()
+    cpu1 = {name: p.cpu_times() for name, p in procs.items()}
     rss_end = dashboard.memory_info().rss / 2**20
     return {
         "intents": len(intents),
@@ -103,7 +104,12 @@ def measure(stack: Any, home: Path, intents: list[Any], args: argparse.Namespace
             }
             for p in PATHS
         },
-        "cpu_percent": 100.0 * ((cpu1.user + cpu1.system) - (cpu0.user + cpu0.system)) / window,
+        "cpu_percent": {
+            name: 100.0
+            * ((cpu1[name].user + cpu1[name].system) - (cpu0[name].user + cpu0[name].system))
+            / window
+            for name in procs
+        },
         "rss_mb": {"start": rss_start, "peak": peak, "end": rss_end},
     }
 
@@ -121,14 +127,14 @@ def table(rows: list[dict[str, Any]]) -> str:
             )
     lines += [
         "",
-        "| intents | dashboard CPU % | RSS MB: start, peak, end |",
+        "| intents | CPU % dashboard / allocator / node agent | dashboard RSS MB: start, peak, end |",
         "|---|---|---|",
     ]
     for r in rows:
-        rss = r["rss_mb"]
+        rss, cpu = r["rss_mb"], r["cpu_percent"]
         lines.append(
-            f"| {r['intents']:,} | {r['cpu_percent']:.0f} "
-            f"| {rss['start']:.0f}, {rss['peak']:.0f}, {rss['end']:.0f} |"
+            f"| {r['intents']:,} | {cpu['dashboard']:.0f} / {cpu['allocator']:.0f} "
+            f"/ {cpu['nodeagent']:.0f} | {rss['start']:.0f}, {rss['peak']:.0f}, {rss['end']:.0f} |"
         )
     return "\n".join(lines)
 
