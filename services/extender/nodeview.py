@@ -278,7 +278,8 @@ class ClusterView:
             # the allocator's free units less what the pods it has not adopted yet commit
             view = self._placement(rec, counted)
             taken = view.total_units - view.free_units
-            rec = replace(rec, placement=replace(view, free_units=max(cut.free_units - taken, 0)))
+            free_units = max(min(cut.free_units, view.total_units) - taken, 0)  # hand-edited?
+            rec = replace(rec, placement=replace(view, free_units=free_units))
         elif self.derive_placement:
             rec = replace(rec, placement=self._placement(rec, residents))
         self._merged[name] = rec

@@ -97,3 +97,18 @@ def test_a_cut_state_places_with_the_allocators_free_units() -> None:
     assert view.get("n1").placement.free_units == 10
     view.place("n1", intent_to_spec(normalize_intent(intent_from_document(_batch("pod", 3)))))
     assert view.get("n1").placement.free_units == 7
+    # a hand-edited state cannot claim more free units than the node has
+    edited = telemetry_of(
+        _state(
+            {
+                "capacityUnits": 16,
+                "freeUnits": 10**9,
+                "residents": [{"id": "new", "intent": _batch("new", 2)}],
+                "omittedResidents": ["old-1"],
+            }
+        ),
+        2.0,
+    )
+    assert edited is not None
+    view.set_telemetry([edited])
+    assert view.get("n1").placement.free_units == 16 - 3
