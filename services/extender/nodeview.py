@@ -269,7 +269,10 @@ class ClusterView:
             )
         free = {lane.name: float(lane.share_units) for lane in rec.lanes if lane.available}
         if cut is not None:  # the allocator's own count after every resident, listed or not
-            free = {name: cut.free_lane_units.get(name, units) for name, units in free.items()}
+            free = {
+                name: min(cut.free_lane_units.get(name, units), units)
+                for name, units in free.items()
+            }
         for intent in counted if cut is not None else residents:
             if intent.gpu_share > 0 and intent.gpu_lane in free:
                 free[intent.gpu_lane] -= intent.gpu_share * SHARE_UNITS_PER_GPU
