@@ -45,6 +45,7 @@ CPU_UNITS_LABEL = "parfusion.io/cpu-units"
 SHARE_UNITS_PER_GPU = 100
 MAX_CPU_UNITS = 4096  # more CPUs than any one machine has today
 MAX_GPUS_PER_NODE = 64  # the densest nodes hold 8-16 GPUs
+MEMO_RESIDENTS = 256  # placements of nodes with at most this many residents are memoised
 
 
 def cpu_quantity(text: str | None, *, limit: int = MAX_CPU_UNITS, field: str = "cpu") -> int:
@@ -290,7 +291,11 @@ class ClusterView:
 
     def _placement(self, rec: NodeRecord, residents: Sequence[IntentSpec]) -> NodeView:
         """view_of(rec.state, residents), memoised on what it depends on: the node state without
-        its name and the residents without their identity (id, name, node, order)."""
+        its name and the residents without their identity (id, name, node, order). Nodes with
+        more than MEMO_RESIDENTS residents are not memoised: many nodes rarely share such a set,
+        and each key would hold a copy of it (3 MB at 10,000), one more per change."""
+        if len(residents) > MEMO_RESIDENTS:
+            return replace(view_of(rec.state, residents, {}, self.dmug), name=rec.name)
         state = replace(rec.state, name="")
         shapes = Counter(replace(i, id="", name="", node="", seq=0) for i in residents)
         key = (state, frozenset(shapes.items()))

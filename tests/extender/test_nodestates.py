@@ -10,9 +10,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from services.core.convert import intent_from_document, intent_to_spec
+from services.core.model import NodeState
+from services.core.placement import view_of
 from services.core.validation import normalize_intent
 from services.extender.nodestates import NodeIntentStateObject, heartbeat_age_s, telemetry_of
-from services.extender.nodeview import ClusterView
+from services.extender.nodeview import MEMO_RESIDENTS, ClusterView, NodeTelemetry
 
 ONLINE = {"id": "u1", "name": "web", "workloadClass": "WORKLOAD_CLASS_ONLINE",
           "slo": {"deadlineMs": 40}, "parallelism": {"min": 1, "max": 4}}  # fmt: skip
@@ -112,3 +114,23 @@ def test_a_cut_state_places_with_the_allocators_free_units() -> None:
     assert edited is not None
     view.set_telemetry([edited])
     assert view.get("n1").placement.free_units == 16 - 3
+
+
+def test_a_node_with_many_residents_changing_keeps_no_copy_of_them() -> None:
+    """Past MEMO_RESIDENTS a node's placement is computed, not memoised: every change of a
+    large resident set would otherwise keep one more copy of it. The answer is the same."""
+    many = [
+        intent_to_spec(normalize_intent(intent_from_document(_batch(f"b{k}", 1 + k % 3))), k)
+        for k in range(MEMO_RESIDENTS + 50)
+    ]
+    view = ClusterView()
+    node = NodeState(name="n1", cpu_units=64)
+    for step in range(5):  # one resident leaves, the set changes each time
+        residents = tuple(many[step:])
+        view.set_telemetry([NodeTelemetry("n1", 64, 0.0, None, residents, float(step))])
+        assert view.get("n1").placement == view_of(node, residents, {}, view.dmug)
+    assert len(view._placements) == 0
+    small = tuple(many[:3])
+    view.set_telemetry([NodeTelemetry("n1", 64, 0.0, None, small, 9.0)])
+    assert view.get("n1").placement == view_of(node, small, {}, view.dmug)
+    assert len(view._placements) == 1  # small sets are still memoised
