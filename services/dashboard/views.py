@@ -14,7 +14,7 @@ from typing import Any
 from parfusion.v1 import intent_pb2
 from services.common.latency import is_unbounded
 from services.dashboard import chart
-from services.dashboard.observer import Snapshot, enum_name
+from services.dashboard.observer import LARGE_NODE_EVERY, LARGE_NODE_POOLS, Snapshot, enum_name
 from services.dashboard.timeline import Timeline
 
 DEGRADATION_RANK = {"NORMAL": 0, "FP16": 1, "INT8": 2}
@@ -299,6 +299,7 @@ def node(snapshot: Snapshot) -> dict[str, Any]:
         # the pools with workers and queued work first when there are too many to show
         "pools": pools,
         "pools_total": pools_total,
+        "read_every": LARGE_NODE_EVERY if len(tel.pools) > LARGE_NODE_POOLS else 1,
         "disturbance": tel.active_disturbance if tel.disturbance_remaining_s > 0 else None,
         "disturbance_remaining_s": tel.disturbance_remaining_s,
     }

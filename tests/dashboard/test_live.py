@@ -12,15 +12,23 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from prometheus_client import REGISTRY
 from starlette.testclient import TestClient
 
-from parfusion.v1 import allocator_pb2, allocator_pb2_grpc
+from parfusion.v1 import (
+    allocator_pb2,
+    allocator_pb2_grpc,
+    intent_pb2,
+    nodeagent_pb2,
+    nodeagent_pb2_grpc,
+)
 from services.allocator.server import RunningAllocator, start_allocator
 from services.common.clients import channel
 from services.common.config import ServiceSettings, build_settings
 from services.dashboard.app import create_app
-from services.dashboard.observer import CHART_SERIES
+from services.dashboard.observer import CHART_SERIES, LARGE_NODE_EVERY, LARGE_NODE_POOLS
 from services.dashboard.views import TABLE_ROWS
+from services.nodeagent.server import start_nodeagent
 from tests.allocator.conftest import batch_intent, online_intent
 from tests.conftest import free_port
 from tests.dashboard.conftest import HTMX
@@ -179,3 +187,43 @@ def test_a_node_with_more_intents_than_a_table_shows(
         assert f"charting {CHART_SERIES} of" in latency
         page = client.get("/").text
         assert len(page) < 400_000  # the page grows with TABLE_ROWS, not with the intents
+
+
+def _telemetry_reads() -> float:
+    labels = {"service": "NodeAgentService", "method": "GetNodeTelemetry", "code": "OK"}
+    return REGISTRY.get_sample_value("parfusion_grpc_requests_total", labels) or 0.0
+
+
+def test_a_node_with_thousands_of_pools_is_read_every_fifth_poll(
+    home: Path, dashboard_settings: Callable[..., ServiceSettings]
+) -> None:
+    """A real node agent (modeled) given a plan of LARGE_NODE_POOLS + 1 intents: the dashboard
+    reads its whole telemetry (about 0.1 s of the agent at 10,000) once every LARGE_NODE_EVERY
+    polls instead of every poll."""
+    settings = build_settings(
+        "nodeagent", overrides={"port": 0, "backend": "modeled"}, env={"PARFUSION_HOME": str(home)}
+    )
+    agent = start_nodeagent(settings)
+    try:
+        address = f"127.0.0.1:{agent.server.port}"
+        plan = intent_pb2.NodePlan(node="node-0", generation=1, policy="parfusion")
+        for k in range(LARGE_NODE_POOLS + 1):
+            plan.allocations.add(
+                intent_id=f"job-{k}", intent_name=f"job-{k}",
+                workload_class=intent_pb2.WORKLOAD_CLASS_BATCH, base_service_ms=10.0,
+            )  # fmt: skip
+        with channel(address) as ch:
+            nodeagent_pb2_grpc.NodeAgentServiceStub(ch).ApplyNodePlan(
+                nodeagent_pb2.ApplyNodePlanRequest(plan=plan), timeout=30
+            )
+        dashboard = create_app(dashboard_settings(nodeagent_address=address, refresh_ms=60_000.0))
+        with TestClient(dashboard) as client:
+            _wait(lambda: "pools (most workers" in client.get("/partials/node").text)
+            before = _telemetry_reads()
+            observer = client.app.state.dashboard.observer  # type: ignore[attr-defined]
+            for _ in range(LARGE_NODE_EVERY * 3):
+                client.portal.call(observer.poll)
+            assert _telemetry_reads() - before == 3
+            assert f"read every {LARGE_NODE_EVERY} refreshes" in client.get("/partials/node").text
+    finally:
+        agent.stop(grace=1.0)
