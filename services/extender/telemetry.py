@@ -11,13 +11,15 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
 import grpc
 
 from parfusion.v1 import allocator_pb2, allocator_pb2_grpc, gpulane_pb2, gpulane_pb2_grpc
 from services.common.clients import channel
 from services.core.convert import intent_to_spec, lanes_from_telemetry
+from services.core.model import IntentSpec
 
 from .nodeview import ClusterView, NodeTelemetry
 
@@ -32,6 +34,7 @@ class TelemetrySource:
     token: str | None = None
 
     def __post_init__(self) -> None:
+        self._specs: dict[str, tuple[Any, IntentSpec]] = {}  # id -> the message, its spec
         self._alloc_channel = channel(self.allocator_address, self.token)
         self._allocator = allocator_pb2_grpc.AllocatorServiceStub(self._alloc_channel)
         self._gpu_channel = (
@@ -63,11 +66,7 @@ class TelemetrySource:
                 lanes = lanes_from_telemetry(gpu, {})
             except grpc.RpcError:
                 lanes = None
-        residents = tuple(
-            intent_to_spec(i, seq)
-            for seq, i in enumerate(listed.intents)
-            if i.node in ("", node.node)
-        )
+        residents = self._residents(listed.intents, node.node)
         return NodeTelemetry(
             node=node.node,
             cpu_units=node.cpu_units,
@@ -76,6 +75,24 @@ class TelemetrySource:
             residents=residents,
             observed_at=time.time(),
         )
+
+    def _residents(self, intents: Any, node: str) -> tuple[IntentSpec, ...]:
+        """The node's intents as specs, each converted once while its message stays the same
+        (a poll of a 10,000-intent node would otherwise convert every one every time)."""
+        held, kept = self._specs, {}
+        out = []
+        for seq, intent in enumerate(intents):
+            if intent.node not in ("", node):
+                continue
+            entry = held.get(intent.id)
+            if entry is None or entry[0] != intent:
+                spec = intent_to_spec(intent, seq)
+            else:
+                spec = entry[1] if entry[1].seq == seq else replace(entry[1], seq=seq)
+            kept[intent.id] = (intent, spec)
+            out.append(spec)
+        self._specs = kept
+        return tuple(out)
 
     def close(self) -> None:
         self._alloc_channel.close()
