@@ -3,6 +3,9 @@ node with thousands of intents the chart and the events stay readable."""
 
 from __future__ import annotations
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from services.dashboard.observer import chart_points
 from services.dashboard.timeline import NAMED_EVENTS, Observation, OnlinePoint, Timeline
 
@@ -99,3 +102,39 @@ def test_one_poll_with_thousands_of_changes_names_a_few_and_counts_the_rest() ->
     assert degradation[:NAMED_EVENTS] == [f"web-{k} NORMAL -> FP16" for k in range(NAMED_EVENTS)]
     assert degradation[NAMED_EVENTS:] == [f"{1000 - NAMED_EVENTS:,} more intents changed level"]
     assert len(preemption) == NAMED_EVENTS + 1 and preemption[-1].endswith("more intents preempted")
+
+
+LEVELS = st.sampled_from(["NORMAL", "NORMAL", "FP16"])
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    p99s=st.lists(st.floats(0.0, 200.0), min_size=0, max_size=12),
+    levels=st.lists(LEVELS, min_size=12, max_size=12),
+    charted=st.sets(st.integers(0, 11)),
+    limit=st.integers(1, 6),
+)
+def test_chart_points_properties(
+    p99s: list[float], levels: list[str], charted: set[int], limit: int
+) -> None:
+    """At most `limit` points, in their own order; all of them when they fit; an intent over
+    its deadline is charted whenever one charted is not; a charted intent leaves only for one
+    at a higher level of need."""
+    points = [_point(f"w{k}", p99, levels[k]) for k, p99 in enumerate(p99s)]
+    names = {f"w{k}" for k in charted}
+    chosen = chart_points(points, names, limit)
+    assert len(chosen) == min(limit, len(points))
+    assert [p.name for p in chosen] == [p.name for p in points if p in chosen]
+    over = [p for p in points if p.p99_ms > p.deadline_ms]
+    if len(over) <= limit:
+        assert all(p in chosen for p in over)
+    picked = {p.name for p in chosen}
+    dropped = [p for p in points if p.name in names and p.name not in picked]
+    kept_fewer = len([p for p in points if p.name in names]) <= limit
+    for p in dropped if kept_fewer else ():
+        assert any(_need(q) > _need(p) for q in chosen), (p, chosen)
+
+
+def _need(p: OnlinePoint) -> int:
+    """2: over its deadline; 1: degraded; 0: neither (the points here predict what they see)."""
+    return 2 if p.p99_ms > p.deadline_ms else 1 if p.degradation != "NORMAL" else 0
