@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from google.protobuf import json_format
 
 from parfusion.endpoints import address_of
 from parfusion.v1 import allocator_pb2, allocator_pb2_grpc, intent_pb2
+from services.allocator.watch import PlanMirror
 from services.common.clients import channel
 from services.common.errors import DomainError
 from services.common.latency import format_ms
@@ -155,62 +157,149 @@ def _run_intents(ns: argparse.Namespace) -> int:
 # --- plan ------------------------------------------------------------------------------------
 
 
+MAX_WATCH_COUNT = 10**9
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if not 0 <= value <= MAX_WATCH_COUNT:
+        raise argparse.ArgumentTypeError(f"must be in [0, {MAX_WATCH_COUNT}], got {value}")
+    return value
+
+
 def _configure_plan(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--watch",
+        action="store_true",
+        help="show the plan, then follow it (WatchPlans with deltas): a line per intent whose "
+        "workers, CPUs, level or state changed, or that left; Ctrl-C ends",
+    )
+    parser.add_argument(
+        "--count", type=_count, default=0, help="with --watch: stop after N plans (0: never)"
+    )
     _common(parser)
 
 
 def _run_plan(ns: argparse.Namespace) -> int:
     def show(stub: allocator_pb2_grpc.AllocatorServiceStub) -> int:
+        if ns.watch:
+            return _watch(stub, ns)
         reply = stub.GetPlan(allocator_pb2.GetPlanRequest(), timeout=ns.timeout)
         if ns.json:
             sys.stdout.write(_json(reply) + "\n")
             return 0
-        plan = reply.node_plan
         stale = "STALE (node agent not reporting)" if reply.node_stale else "fresh"
-        sys.stdout.write(
-            f"policy {reply.policy}  generation {plan.generation}  node {plan.node or '-'}  units {plan.cpu_units}"
-            f"  contention {plan.contention:.2f}  telemetry {stale}  decision {plan.decision_ms:.3f} ms\n"
-        )
-        rows: list[tuple[str, ...]] = [
-            (
-                "INTENT",
-                "CLASS",
-                "WORKERS",
-                "CPUS",
-                "LEVEL",
-                "P99_MS",
-                "SLACK_MS",
-                "RISK",
-                "GPU",
-                "STATE",
-                "REASON",
-            )
-        ]
-        for a in plan.allocations:
-            gpu = (
-                f"{a.gpu_lane}:{a.gpu_share_percent:g}%"
-                if a.gpu_lane or a.gpu_share_percent
-                else "-"
-            )
-            rows.append(
-                (
-                    a.intent_name or a.intent_id,
-                    _short(intent_pb2.WorkloadClass, a.workload_class, "WORKLOAD_CLASS_"),
-                    str(a.workers),
-                    a.cgroup.cpuset_cpus or "-",
-                    _short(intent_pb2.DegradationLevel, a.degradation, "DEGRADATION_LEVEL_"),
-                    format_ms(a.predicted_p99_ms, unit=""),
-                    format_ms(a.slack_ms, unit=""),
-                    f"{a.deadline_risk:.2f}",
-                    gpu,
-                    _short(intent_pb2.AllocationState, a.state, "ALLOCATION_STATE_"),
-                    a.reason,
-                )
-            )
-        _table(rows)
+        _plan_table(reply.node_plan, reply.policy, stale)
         return 0
 
     return _call(ns, show)
+
+
+def _watch(stub: allocator_pb2_grpc.AllocatorServiceStub, ns: argparse.Namespace) -> int:
+    """Follow the plans: the first whole, then what each one changed (a delta per plan)."""
+    stream = stub.WatchPlans(allocator_pb2.WatchPlansRequest(include_current=True, deltas=True))
+    mirror = PlanMirror()
+    seen = 0
+    try:
+        for reply in stream:
+            before = dict(mirror.allocations)
+            mirror.apply(reply)
+            seen += 1
+            if ns.json:
+                sys.stdout.write(_json(reply).replace("\n", "") + "\n")
+            elif seen == 1:
+                stale = "STALE (node agent not reporting)" if mirror.header.node_stale else "fresh"
+                _plan_table(mirror.node_plan(), mirror.header.policy, stale)
+            else:
+                for line in _changes(mirror, before, reply):
+                    sys.stdout.write(line + "\n")
+            sys.stdout.flush()
+            if ns.count and seen >= ns.count:
+                break
+    except KeyboardInterrupt:
+        pass
+    finally:
+        stream.cancel()
+    return 0
+
+
+def _decision(a: intent_pb2.Allocation) -> tuple[str, ...]:
+    return (
+        str(a.workers),
+        a.cgroup.cpuset_cpus or "-",
+        _short(intent_pb2.DegradationLevel, a.degradation, "DEGRADATION_LEVEL_"),
+        _short(intent_pb2.AllocationState, a.state, "ALLOCATION_STATE_"),
+    )
+
+
+def _changes(mirror: PlanMirror, before: dict[str, intent_pb2.Allocation], reply: Any) -> list[str]:
+    """One line per intent whose decision (workers, CPUs, level, state) the plan changed."""
+    head = f"{time.strftime('%H:%M:%S')}  generation {mirror.generation}"
+    lines = []
+    for a in reply.node_plan.allocations:
+        now, old = _decision(a), before.get(a.intent_id)
+        name = a.intent_name or a.intent_id
+        if old is None:
+            lines.append(
+                f"{head}  {name}: joined, workers {now[0]} cpus {now[1]} {now[2]} {now[3]}"
+            )
+            continue
+        was = _decision(old)
+        moved = [
+            f"{field} {w} -> {n}"
+            for field, w, n in zip(("workers", "cpus", "level", "state"), was, now, strict=True)
+            if w != n
+        ]
+        if moved:
+            lines.append(f"{head}  {name}: {', '.join(moved)} ({a.reason})")
+    for intent_id in reply.removed_intent_ids:
+        old = before.get(intent_id)
+        lines.append(f"{head}  {(old.intent_name if old else '') or intent_id}: left the plan")
+    return lines
+
+
+def _plan_table(plan: intent_pb2.NodePlan, policy: str, stale: str) -> None:
+    """The plan's header line and a row per allocation, as `parfusion plan` prints them."""
+    sys.stdout.write(
+        f"policy {policy}  generation {plan.generation}  node {plan.node or '-'}  units {plan.cpu_units}"
+        f"  contention {plan.contention:.2f}  telemetry {stale}  decision {plan.decision_ms:.3f} ms\n"
+    )
+    rows: list[tuple[str, ...]] = [
+        (
+            "INTENT",
+            "CLASS",
+            "WORKERS",
+            "CPUS",
+            "LEVEL",
+            "P99_MS",
+            "SLACK_MS",
+            "RISK",
+            "GPU",
+            "STATE",
+            "REASON",
+        )
+    ]
+    for a in plan.allocations:
+        gpu = f"{a.gpu_lane}:{a.gpu_share_percent:g}%" if a.gpu_lane or a.gpu_share_percent else "-"
+        rows.append(
+            (
+                a.intent_name or a.intent_id,
+                _short(intent_pb2.WorkloadClass, a.workload_class, "WORKLOAD_CLASS_"),
+                str(a.workers),
+                a.cgroup.cpuset_cpus or "-",
+                _short(intent_pb2.DegradationLevel, a.degradation, "DEGRADATION_LEVEL_"),
+                format_ms(a.predicted_p99_ms, unit=""),
+                format_ms(a.slack_ms, unit=""),
+                f"{a.deadline_risk:.2f}",
+                gpu,
+                _short(intent_pb2.AllocationState, a.state, "ALLOCATION_STATE_"),
+                a.reason,
+            )
+        )
+    _table(rows)
 
 
 # --- policy ----------------------------------------------------------------------------------

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
+import grpc
 import pytest
 
 from parfusion.cli import Commands
+from parfusion.v1 import allocator_pb2, allocator_pb2_grpc
 from services.allocator import commands
 from services.allocator.server import RunningAllocator
 from tests.conftest import ROOT, free_port
@@ -95,6 +99,50 @@ def test_intents_and_plan_tables(
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("policy parfusion  generation 1")
     assert {line.split()[0] for line in out[2:]} == {"online-inference", "batch-training"}
+
+
+def test_plan_watch_prints_the_plan_then_what_changed(
+    allocator: RunningAllocator, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`plan --watch`: the whole plan first, then a line per intent that joined, changed its
+    decision or left; plans that change no decision print nothing; --count ends it."""
+    run("submit", str(ROOT / "configs" / "intents" / "online-inference.yaml"),
+        "--address", allocator.address)  # fmt: skip
+    loop = allocator.handle.loop
+    for _ in range(3):
+        loop.tick()
+    capsys.readouterr()
+    done: list[int] = []
+    watcher = threading.Thread(
+        target=lambda: done.append(
+            run("plan", "--watch", "--count", "4", "--address", allocator.address)
+        )
+    )
+    watcher.start()
+    deadline = time.monotonic() + 5
+    while loop.feed.subscriber_count() == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    loop.tick()  # nothing new: no line
+    path = ROOT / "configs" / "intents" / "batch-training.yaml"
+    run("submit", str(path), "--address", allocator.address)
+    loop.tick()
+    with grpc.insecure_channel(allocator.address) as ch:
+        stub = allocator_pb2_grpc.AllocatorServiceStub(ch)
+        stub.DeleteIntent(allocator_pb2.DeleteIntentRequest(id="demo-batch-training"), timeout=5)
+    loop.tick()
+    watcher.join(10)
+    assert done == [0]
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("policy parfusion  generation 3")
+    assert out[2].split()[0] == "online-inference"
+    lines = [line for line in out if "  generation " in line and line[2] == ":"]
+    assert len(lines) == 2, out
+    assert "generation 5  batch-training: joined" in lines[0]
+    assert "generation 6  batch-training: left the plan" in lines[1]
+    for bad in ("-1", "2.5", str(10**10)):  # a count out of its bounds is refused by name
+        with pytest.raises(SystemExit):
+            run("plan", "--watch", "--count", bad, "--address", allocator.address)
+        assert "--count" in capsys.readouterr().err
 
 
 def test_plan_writes_an_unbounded_latency_as_infinity(

@@ -7,6 +7,7 @@ import json
 import shlex
 import shutil
 import subprocess
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -26,6 +27,10 @@ README_SUBMIT = (
     '"demand": {"arrival_rate_per_s": 20}}}\' 127.0.0.1:50051 parfusion.v1.AllocatorService/SubmitIntent'
 )
 README_PLAN = "grpcurl -plaintext 127.0.0.1:50051 parfusion.v1.AllocatorService/GetPlan"
+README_WATCH = (
+    'grpcurl -plaintext -d \'{"include_current": true, "deltas": true}\' 127.0.0.1:50051 '
+    "parfusion.v1.AllocatorService/WatchPlans"
+)
 
 pytestmark = pytest.mark.integration
 
@@ -82,3 +87,35 @@ def test_invalid_submit_reports_the_field(
 def test_intent_spec_shows_the_same_command() -> None:
     text = (ROOT / "docs" / "intent-spec.md").read_text()
     assert README_SUBMIT in text.splitlines()
+
+
+def test_readme_watch_gives_the_plan_then_deltas(
+    start: Callable[..., RunningAllocator], tmp_path: Path
+) -> None:
+    """The README's WatchPlans line (a stream: stopped here after three plans)."""
+    if not GRPCURL.exists() and shutil.which("grpcurl") is None:
+        pytest.skip("grpcurl binary not installed")
+    running = start()
+    grpcurl(README_SUBMIT, running.address, tmp_path)
+    loop = running.handle.loop
+    loop.tick()
+    argv = shlex.split(README_WATCH.replace("127.0.0.1:50051", running.address))
+    argv[0] = str(GRPCURL) if GRPCURL.exists() else "grpcurl"
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, cwd=tmp_path) as watch:
+        deadline = time.monotonic() + 20
+        while loop.feed.subscriber_count() == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        loop.tick()
+        loop.tick()
+        time.sleep(1.0)
+        watch.terminate()
+        out, _ = watch.communicate(timeout=10)
+    decoder, replies, rest = json.JSONDecoder(), [], out.lstrip()
+    while rest:  # grpcurl prints one JSON document per message
+        reply, length = decoder.raw_decode(rest)
+        replies.append(reply)
+        rest = rest[length:].lstrip()
+    assert len(replies) == 3, out
+    assert "base_generation" not in replies[0]  # the whole plan (0 is not printed)
+    assert replies[0]["node_plan"]["allocations"][0]["intent_id"] == "readme-online"
+    assert [r.get("base_generation") for r in replies[1:]] == ["1", "2"]
