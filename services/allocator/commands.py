@@ -48,9 +48,9 @@ def _short(enum: Any, value: int, prefix: str) -> str:
         return str(value)
 
 
-def _json(message: Any) -> str:
+def _json(message: Any, indent: int | None = 2) -> str:
     return json_format.MessageToJson(
-        message, preserving_proto_field_name=True, indent=2, sort_keys=True
+        message, preserving_proto_field_name=True, indent=indent, sort_keys=True
     )
 
 
@@ -209,7 +209,7 @@ def _watch(stub: allocator_pb2_grpc.AllocatorServiceStub, ns: argparse.Namespace
             mirror.apply(reply)
             seen += 1
             if ns.json:
-                sys.stdout.write(_json(reply).replace("\n", "") + "\n")
+                sys.stdout.write(_json(reply, indent=None) + "\n")  # a line per message
             elif seen == 1:
                 stale = "STALE (node agent not reporting)" if mirror.header.node_stale else "fresh"
                 _plan_table(mirror.node_plan(), mirror.header.policy, stale)

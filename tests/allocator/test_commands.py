@@ -139,6 +139,10 @@ def test_plan_watch_prints_the_plan_then_what_changed(
     assert len(lines) == 2, out
     assert "generation 5  batch-training: joined" in lines[0]
     assert "generation 6  batch-training: left the plan" in lines[1]
+    loop.tick()  # --json: one message a line, the whole plan first
+    assert run("plan", "--watch", "--json", "--count", "1", "--address", allocator.address) == 0
+    first = json.loads(capsys.readouterr().out.splitlines()[0])
+    assert first["node_plan"]["generation"] == "7" and "base_generation" not in first
     for bad in ("-1", "2.5", str(10**10)):  # a count out of its bounds is refused by name
         with pytest.raises(SystemExit):
             run("plan", "--watch", "--count", bad, "--address", allocator.address)
