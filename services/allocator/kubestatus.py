@@ -266,12 +266,10 @@ class StatusPublisher:
         for spec in specs:
             if spec.gpu_share > 0 and spec.gpu_lane in lane_free:
                 lane_free[spec.gpu_lane] -= spec.gpu_share * 100
-        decisions = [
-            (allocations.get(spec.id), spec) for spec in specs
-        ]  # every resident's, for the change key; the newest STATE_RESIDENTS are listed
-        cut = max(len(stored) - STATE_RESIDENTS, 0)
+        allocated = [allocations.get(spec.id) for spec in specs]
+        cut = max(len(stored) - STATE_RESIDENTS, 0)  # the newest STATE_RESIDENTS are listed
         residents = []
-        for s, (allocation, spec) in zip(stored[cut:], decisions[cut:], strict=True):
+        for s, spec, allocation in zip(stored[cut:], specs[cut:], allocated[cut:], strict=True):
             residents.append(
                 {
                     "id": spec.id,
@@ -312,7 +310,10 @@ class StatusPublisher:
             node.cpu_units,
             free,
             round(node.contention * 20),
-            tuple((spec.id, a.units if a else 0, _decision(a)) for a, spec in decisions),
+            tuple(
+                (spec.id, a.units if a else 0, _decision(a))
+                for spec, a in zip(specs, allocated, strict=True)
+            ),
             tuple((lane["name"], lane["freeShareUnits"]) for lane in lanes),
         )
         return status, key

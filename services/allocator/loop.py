@@ -236,7 +236,7 @@ class ControlLoop:
         # the NodePlan's bytes without building or parsing it (PlanSnapshot parses on demand)
         cache = self._allocation_cache
         header_wire = header.SerializeToString()
-        node_wire = header_wire + b"".join(cache.entries(result.decisions, intents))
+        node_wire = plans.node_plan_wire(header_wire, cache.entries(result.decisions, intents))
         # WatchPlans deltas: what changed against the plan the cache's last call made
         changes = PlanChanges(
             self._cached_generation, header_wire, cache.changed_entries(), cache.removed

@@ -185,10 +185,10 @@ def node_plan_header(
     return plan
 
 
-def node_plan_wire(header: intent_pb2.NodePlan, entries: Sequence[bytes]) -> bytes:
-    """A serialized NodePlan from its header and serialized entries, without building it:
+def node_plan_wire(header_wire: bytes, entries: Sequence[bytes]) -> bytes:
+    """A serialized NodePlan from its serialized header and entries, without building it:
     serialized messages concatenate as a merge, which appends repeated fields."""
-    return header.SerializeToString() + b"".join(entries)
+    return header_wire + b"".join(entries)
 
 
 def node_plan(
@@ -209,7 +209,7 @@ def node_plan(
         plan.allocations.extend(allocation(d, intents.get(d.intent_id)) for d in result.decisions)
         return plan
     return intent_pb2.NodePlan.FromString(
-        node_plan_wire(plan, cache.entries(result.decisions, intents))
+        node_plan_wire(plan.SerializeToString(), cache.entries(result.decisions, intents))
     )
 
 

@@ -89,7 +89,7 @@ STAGES: tuple[Stage, ...] = (
         "Recovery",
         "The disturbance runs out and the demo holds while the services settle. The lines below "
         "are what the node, the robot and the allocator report now: the degradation level of "
-        "each online intent, whether the mission has resumed.",
+        "each online intent the chart draws, whether the mission has resumed.",
     ),
 )
 

@@ -40,21 +40,11 @@ class Observation:
     robot_transitions: tuple[tuple[float, str, str], ...] = ()
     services_up: dict[str, bool] = field(default_factory=dict)
     allocation_states: dict[str, str] = field(default_factory=dict)
-    # every online intent, where `online` holds only the charted ones (None: those in
-    # `online`): its degradation level, and its (completed, missed) counters once observed
-    levels: dict[str, str] | None = None
-    counts: dict[str, tuple[int, int]] | None = None
+    # every online intent, where `online` holds only the charted ones: its degradation level,
+    # and its (completed, missed) counters once observed
+    levels: dict[str, str] = field(default_factory=dict)
+    counts: dict[str, tuple[int, int]] = field(default_factory=dict)
     online_total: int = 0  # online intents on the node (`online` may chart fewer)
-
-    def all_levels(self) -> dict[str, str]:
-        if self.levels is not None:
-            return self.levels
-        return {p.name: p.degradation for p in self.online}
-
-    def all_counts(self) -> dict[str, tuple[int, int]]:
-        if self.counts is not None:
-            return self.counts
-        return {p.name: (p.completed, p.misses) for p in self.online if p.observed}
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,10 +133,10 @@ class Timeline:
             return out
         if obs.policy and prev.policy and obs.policy != prev.policy:
             out.append(Event(t, "policy", f"policy {prev.policy} -> {obs.policy}"))
-        before = prev.all_levels()
+        before = prev.levels
         moved = [
             f"{name} {before[name]} -> {level}"
-            for name, level in obs.all_levels().items()
+            for name, level in obs.levels.items()
             if before.get(name) and before[name] != level
         ]
         out.extend(_named(t, "degradation", moved, "changed level"))
@@ -225,9 +215,9 @@ def _progress(prev: Observation | None, obs: Observation) -> tuple[int, int]:
     online intents observed in both."""
     if prev is None:
         return 0, 0
-    before = prev.all_counts()
+    before = prev.counts
     done = missed = 0
-    for name, (completed, misses) in obs.all_counts().items():
+    for name, (completed, misses) in obs.counts.items():
         base = before.get(name)
         if base is None or completed < base[0]:
             continue

@@ -3,6 +3,8 @@ node with thousands of intents the chart and the events stay readable."""
 
 from __future__ import annotations
 
+from typing import cast
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -13,6 +15,10 @@ from services.dashboard.timeline import NAMED_EVENTS, Observation, OnlinePoint, 
 def _obs(**kw: object) -> Observation:
     base: dict[str, object] = {"policy": "baseline", "services_up": {"allocator": True}}
     base.update(kw)
+    # every online intent charted: their levels and counters as observe() gives them
+    online = cast(tuple[OnlinePoint, ...], base.get("online", ()))
+    base.setdefault("levels", {p.name: p.degradation for p in online})
+    base.setdefault("counts", {p.name: (p.completed, p.misses) for p in online if p.observed})
     return Observation(**base)  # type: ignore[arg-type]
 
 
