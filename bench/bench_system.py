@@ -5,7 +5,10 @@ Starts the allocator, node agent and gpulane as the launcher starts them (`parfu
 intents of mixed classes through SubmitIntent, lets the loop settle, then for a fixed time
 drives SubmitIntent (each call a new intent: the store grows by rate x seconds) and GetPlan at
 a fixed rate each (open loop: calls start on schedule whatever the replies do) with W
-WatchPlans streams open, all over loopback. Then it deletes every intent and reads the
+WatchPlans streams open, all over loopback. The GetPlan driver and each stream are clients in
+processes of their own, as pollers, the dashboard and the extender are (`--clients thread`:
+all in the harness's process, where they share one interpreter lock with the SubmitIntent
+driver and delay each other's replies). Then it deletes every intent and reads the
 services' memory again. Reported, per size:
 
 - tick: the loop's own tick duration (parfusion_allocator_tick_duration_seconds over the load
@@ -36,6 +39,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import multiprocessing
 import random
 import statistics
 import sys
@@ -189,7 +193,7 @@ def drive(rate: float, seconds: float, start_call: Callable[[int], tuple[float, 
     return count
 
 
-def watch(stub: Any, into: Watch, stop: threading.Event, deltas: bool) -> None:
+def watch(stub: Any, into: Watch, stop: Any, deltas: bool) -> None:
     """Read one WatchPlans stream; with deltas, keep the plan as a client would (PlanMirror)."""
     call = stub.WatchPlans(allocator_pb2.WatchPlansRequest(include_current=False, deltas=deltas))
     stop_watch = threading.Thread(target=lambda: (stop.wait(), call.cancel()), daemon=True)
@@ -204,6 +208,64 @@ def watch(stub: Any, into: Watch, stop: threading.Event, deltas: bool) -> None:
             into.plans.append((plan.generation, created, plan.node_stale, reply.ByteSize()))
     except grpc.RpcError:
         pass  # cancelled at the end
+
+
+def get_plan_driver(
+    channel: Any, calls: Calls, rate: float, seconds: float, conditional: bool
+) -> None:
+    """GetPlan at `rate` per second for `seconds`, its reply taken as bytes, not parsed: at
+    10,000 intents parsing 1.8 MB a hundred times a second would take this client's share of
+    the machine, not the server's latency. Conditional: each call names the generation of the
+    last reply (known_generation), as a poller would."""
+    get_plan_raw = channel.unary_unary(
+        "/parfusion.v1.AllocatorService/GetPlan",
+        request_serializer=allocator_pb2.GetPlanRequest.SerializeToString,
+        response_deserializer=None,
+    )
+    held = [0]
+
+    def get_plan(_: int) -> tuple[float, Any]:
+        t0 = time.perf_counter()
+        request = allocator_pb2.GetPlanRequest()
+        if conditional:
+            request.known_generation = held[0]
+        future = get_plan_raw.future(request, timeout=10)
+
+        def done(f: Any, t0: float = t0) -> None:
+            calls.done(t0, f)
+            if conditional and f.exception() is None:
+                held[0] = max(held[0], _GENERATION.FromString(f.result()).generation)
+
+        future.add_done_callback(done)
+        return t0, future
+
+    drive(rate, seconds, get_plan)
+
+
+def client_process(
+    role: str, address: str, options: dict[str, Any], ready: Any, go: Any, stop: Any, results: Any
+) -> None:
+    """One client in a process of its own (``--clients process``): a WatchPlans stream
+    (``watch``) or the GetPlan driver (``get_plan``). Says it is ready, starts its load when
+    ``go`` is set and puts what it measured on ``results``."""
+    channel = grpc.insecure_channel(address)
+    grpc.channel_ready_future(channel).result(timeout=30)
+    stub = allocator_pb2_grpc.AllocatorServiceStub(channel)
+    if role == "watch":
+        seen = Watch()
+        stream = threading.Thread(target=watch, args=(stub, seen, stop, options["deltas"]))
+        stream.start()
+        ready.put(role)
+        stream.join()
+        results.put((role, seen.plans))
+    else:
+        calls = Calls()
+        ready.put(role)
+        go.wait()
+        get_plan_driver(channel, calls, options["rate"], options["seconds"], options["conditional"])
+        time.sleep(1.0)  # the last replies
+        results.put((role, (calls.latencies_ms, calls.failed)))
+    channel.close()
 
 
 def processes(home: Path) -> dict[str, psutil.Process]:
@@ -315,13 +377,42 @@ def measure(stack: Any, home: Path, intents: list[Any], args: argparse.Namespace
 
     submits, plans = Calls(), Calls()
     watches = [Watch() for _ in range(args.watchers)]
-    stop = threading.Event()
     deltas = args.watch == "deltas"
-    watchers = [
-        threading.Thread(target=watch, args=(stub, w, stop, deltas), daemon=True) for w in watches
-    ]
-    for t in watchers:
-        t.start()
+    conditional = args.get_plan == "conditional"
+    if args.clients == "process":
+        # each WatchPlans stream and the GetPlan driver a client process of its own, as the
+        # dashboard, the extender and pollers are: they share the cores, not this interpreter
+        context = multiprocessing.get_context("spawn")
+        ready, results = context.Queue(), context.Queue()
+        go, stop = context.Event(), context.Event()
+        options = {
+            "deltas": deltas,
+            "rate": args.rate,
+            "seconds": args.seconds,
+            "conditional": conditional,
+        }
+        roles = ["watch"] * args.watchers + ["get_plan"]
+        clients = [
+            context.Process(
+                target=client_process,
+                args=(role, stack.address("allocator"), options, ready, go, stop, results),
+                daemon=True,
+            )
+            for role in roles
+        ]
+        for c in clients:
+            c.start()
+        for _ in roles:
+            ready.get(timeout=60)
+        watchers: list[threading.Thread] = []
+    else:
+        stop = threading.Event()
+        watchers = [
+            threading.Thread(target=watch, args=(stub, w, stop, deltas), daemon=True)
+            for w in watches
+        ]
+        for t in watchers:
+            t.start()
     time.sleep(0.5)
     before = scrape(metrics_url)
     cpu_before = {name: p.cpu_times() for name, p in procs.items()}
@@ -336,35 +427,16 @@ def measure(stack: Any, home: Path, intents: list[Any], args: argparse.Namespace
         future.add_done_callback(lambda f, t0=t0: submits.done(t0, f))
         return t0, future
 
-    # GetPlan's reply is taken as bytes, not parsed: at 10,000 intents parsing 1.8 MB a hundred
-    # times a second would take this client's share of the machine, not the server's latency
-    get_plan_raw = channel.unary_unary(
-        "/parfusion.v1.AllocatorService/GetPlan",
-        request_serializer=allocator_pb2.GetPlanRequest.SerializeToString,
-        response_deserializer=None,
-    )
-
-    held = [0]  # --get-plan conditional: the generation of the last reply
-
-    def get_plan(_: int) -> tuple[float, Any]:
-        t0 = time.perf_counter()
-        request = allocator_pb2.GetPlanRequest()
-        if args.get_plan == "conditional":
-            request.known_generation = held[0]
-        future = get_plan_raw.future(request, timeout=10)
-
-        def done(f: Any, t0: float = t0) -> None:
-            plans.done(t0, f)
-            if args.get_plan == "conditional" and f.exception() is None:
-                held[0] = max(held[0], _GENERATION.FromString(f.result()).generation)
-
-        future.add_done_callback(done)
-        return t0, future
-
-    drivers = [
-        threading.Thread(target=drive, args=(args.rate, args.seconds, submit)),
-        threading.Thread(target=drive, args=(args.rate, args.seconds, get_plan)),
-    ]
+    drivers = [threading.Thread(target=drive, args=(args.rate, args.seconds, submit))]
+    if args.clients == "process":
+        go.set()
+    else:
+        drivers.append(
+            threading.Thread(
+                target=get_plan_driver,
+                args=(channel, plans, args.rate, args.seconds, conditional),
+            )
+        )
     for t in drivers:
         t.start()
     peak = dict(rss_start)
@@ -379,6 +451,17 @@ def measure(stack: Any, home: Path, intents: list[Any], args: argparse.Namespace
     after = scrape(metrics_url)
     time.sleep(1.0)  # the last replies
     stop.set()
+    if args.clients == "process":
+        streams = iter(watches)
+        for _ in roles:
+            role, measured = results.get(timeout=60)
+            if role == "watch":
+                next(streams).plans.extend(measured)
+            else:
+                plans.latencies_ms.extend(measured[0])
+                plans.failed += measured[1]
+        for c in clients:
+            c.join(10)
     for t in watchers:
         t.join(5)
 
@@ -435,6 +518,7 @@ def measure(stack: Any, home: Path, intents: list[Any], args: argparse.Namespace
         },
         "get_plan_mode": args.get_plan,
         "watch_mode": args.watch,
+        "clients": args.clients,
         "bytes_per_tick": {
             f"{peer}_{direction}": per_tick(peer, direction)
             for peer in PEERS
@@ -521,6 +605,14 @@ def main() -> None:
         choices=("deltas", "whole"),
         help="deltas: the streams ask for WatchPlans deltas and merge them (PlanMirror); "
         "whole: every message is the whole plan",
+    )
+    parser.add_argument(
+        "--clients",
+        default="process",
+        choices=("process", "thread"),
+        help="process: the GetPlan driver and each WatchPlans stream run in a process of their "
+        "own (SubmitIntent's driver in this one); thread: all in this process, sharing its "
+        "interpreter lock",
     )
     run_sizes(parser.parse_args(), run_case, table)
 

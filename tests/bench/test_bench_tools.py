@@ -120,14 +120,19 @@ def test_histogram_quantile_reads_one_labelled_series_between_scrapes() -> None:
 
 
 @pytest.mark.slow
-def test_bench_system_drives_the_real_stack_and_reports_every_column(tmp_path: Path) -> None:
+@pytest.mark.parametrize("clients", ["process", "thread"])
+def test_bench_system_drives_the_real_stack_and_reports_every_column(
+    tmp_path: Path, clients: str
+) -> None:
     """A short run of the whole stack (real services, modeled node): every call answered, plans
-    fresh, the allocator's own handling time read from its histogram beside the client's."""
+    fresh, the allocator's own handling time read from its histogram beside the client's; the
+    GetPlan driver and the streams in processes of their own or in the harness's."""
     out = _run(
         "bench/bench_system.py", "--intents", "20", "--seconds", "2", "--settle", "1",
-        "--rate", "40", "--json", str(tmp_path / "system.json"),
+        "--rate", "40", "--clients", clients, "--json", str(tmp_path / "system.json"),
     )  # fmt: skip
     row = json.loads((tmp_path / "system.json").read_text())[0]
+    assert row["clients"] == clients
     assert row["intents"] == 20 and row["ticks"] > 0 and row["stale_plans"] == 0
     for call in ("submit", "get_plan"):
         assert row[call]["ok"] == 80 and row[call]["failed"] == 0
