@@ -120,6 +120,9 @@ class ControlLoop:
         self._clock = clock
         self._lock = threading.RLock()
         self._telemetry = Telemetry()
+        # (monotonic receipt, wall time) of the last node telemetry, replaced whole: what
+        # node_status reads without the lock
+        self._node_seen: tuple[float, Timestamp] | None = None
         self._tick = 0
         self._generation = 0
         self._previous: Mapping[str, model.Decision] = {}
@@ -417,6 +420,7 @@ class ControlLoop:
                 self._telemetry.node_at = self._clock()
                 self._telemetry.node_wall = wall
                 self._telemetry.contention = convert.node_contention(node)
+                self._node_seen = (self._telemetry.node_at, wall)
             self._observe(node)
         if gpu is not None:
             with self._lock:
@@ -467,14 +471,18 @@ class ControlLoop:
             return self._node_state()
 
     def node_status(self) -> tuple[bool, Timestamp | None]:
-        """(node_stale, wall time of the last node telemetry)."""
-        with self._lock:
-            return self._node_state().stale, self._telemetry.node_wall
+        """(node_stale, wall time of the last node telemetry), as node_state says them, without
+        the lock: GetPlan asks from the server's event loop, which must not wait for a tick
+        that holds it (a whole store read at 10,000 intents takes a tenth of a second)."""
+        seen = self._node_seen
+        if seen is None:
+            return True, None
+        at, wall = seen
+        return self._clock() - at > self.config.stale_after_s, wall
 
     @property
     def policy_name(self) -> str:
-        with self._lock:
-            return str(self._policy.name)
+        return str(self._policy.name)  # one attribute, replaced whole by set_policy
 
     def set_policy(self, name: str) -> tuple[str, str]:
         policy = get_policy(name)  # InvalidArgument(field="name") for an unknown name

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -88,6 +89,28 @@ def test_capacity_config_then_arena_then_cpu_count(store: IntentStore, peers: Pe
     assert (over.node_state().cpu_units, over.node_state().cpu_ids) == (6, (2, 3, 5))
     plan = over.tick().node_plan  # type: ignore[union-attr]
     assert {c for a in plan.allocations for c in a.cpu_set} <= {2, 3, 5}
+
+
+def test_node_status_says_what_node_state_says_without_the_lock(store: IntentStore) -> None:
+    """GetPlan reads staleness from the server's event loop: node_status must agree with
+    node_state before any telemetry, after some, and once it is older than stale_after_s,
+    and answer while a tick holds the loop's lock."""
+    now = [100.0]
+    loop = ControlLoop(store, LoopConfig(stale_after_s=0.3), clock=lambda: now[0])
+    assert loop.node_status() == (True, None) and loop.node_state().stale
+    loop.report(telemetry_pb2.NodeTelemetry(arena_cpus=[0, 1]), None)
+    stale, wall = loop.node_status()
+    assert (stale, loop.node_state().stale) == (False, False) and wall is not None
+    assert wall.seconds > 0
+    now[0] += 0.31
+    assert loop.node_status() == (True, wall) and loop.node_state().stale
+    answered: list[tuple[bool, object]] = []
+    with loop._lock:  # a tick holding the lock, as a whole store read does
+        reader = threading.Thread(target=lambda: answered.append(loop.node_status()))
+        reader.start()
+        reader.join(5)
+    assert answered == [(True, wall)]
+    assert loop.policy_name == "parfusion"
 
 
 def test_agent_down_marks_stale_keeps_planning_then_recovers(
