@@ -14,6 +14,8 @@ services' memory again. Reported, per size:
 - tick: the loop's own tick duration (parfusion_allocator_tick_duration_seconds over the load
   window, quantiles interpolated in the histogram's buckets like PromQL's histogram_quantile)
   and the period between plans as the WatchPlans streams saw them (created_at), p50 / p99;
+  the ticks over the 250 ms period and the allocator's full (oldest-generation) garbage
+  collections in the window;
 - stale: plans of the window that said node_stale;
 - RPC latency p50 / p99 of SubmitIntent and GetPlan (its reply taken as bytes, unparsed),
   calls made / failed, and the allocator's own handling time of each (p99 from its
@@ -136,6 +138,15 @@ def scrape(url: str) -> dict[str, float]:
 
 TICK_HISTOGRAM = "parfusion_allocator_tick_duration_seconds"
 RPC_HISTOGRAM = "parfusion_grpc_request_duration_seconds"
+# the allocator's oldest-generation collections (prometheus_client's default GC collector): a
+# full collection at 10,000 intents is a long pause, which a tick's tail can hold
+_FULL_GC = 'python_gc_collections_total{generation="2"}'
+
+
+def _bucket(le: float) -> str:
+    return f'{TICK_HISTOGRAM}_bucket{{le="{le}"}}'
+
+
 ALLOCATOR_SERVICE = "AllocatorService"
 
 
@@ -505,6 +516,8 @@ def measure(stack: Any, home: Path, intents: list[Any], args: argparse.Namespace
             "p99": histogram_quantile(before, after, 0.99) * 1000.0,
         },
         "period_ms": {"p50": quantile(periods, 0.5), "p99": quantile(periods, 0.99)},
+        "ticks_over_250_ms": int(ticks - (after[_bucket(0.25)] - before[_bucket(0.25)])),
+        "full_collections": int(after[_FULL_GC] - before[_FULL_GC]),
         "stale_plans": sum(1 for p in window_plans if p[2]),
         "watched_plans": len(window_plans),
         "watchers": len(watches),
@@ -558,18 +571,19 @@ def table(rows: list[dict[str, Any]]) -> str:
         return f" ({get(row) / get(idle):.1f}x)"
 
     lines = [
-        "| intents | tick p50 / p99 ms | period p99 ms | stale | Submit p50 / p99 ms (server p99) "
+        "| intents | tick p50 / p99 ms | period p99 ms | ticks > 250 ms, full GCs | stale | Submit p50 / p99 ms (server p99) "
         "| GetPlan p50 / p99 ms (server p99) | watch plans / ticks, bytes per plan "
         "| bytes/tick agent out / in "
         "| bytes/tick gpulane out / in | CPU % alloc / agent / gpulane "
         "| RSS MB alloc / agent: start, peak, after delete |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         b, cpu, rss, server = r["bytes_per_tick"], r["cpu_percent"], r["rss_mb"], r["server_ms"]
         lines.append(
             f"| {r['intents']:,} | {r['tick_ms']['p50']:.0f} / {r['tick_ms']['p99']:.0f}"
             f"{ratio(r, lambda x: x['tick_ms']['p99'])} | {r['period_ms']['p99']:.0f} "
+            f"| {r['ticks_over_250_ms']} of {r['ticks']}, {r['full_collections']} "
             f"| {r['stale_plans']} | {r['submit']['p50_ms']:.1f} / {r['submit']['p99_ms']:.1f}"
             f"{ratio(r, lambda x: x['submit']['p99_ms'])} ({server['submit']['p99_ms']:.1f}) "
             f"| {r['get_plan']['p50_ms']:.1f} / {r['get_plan']['p99_ms']:.1f}"

@@ -17,6 +17,7 @@ nothing handed out aliases the cache.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import operator
 from collections.abc import Mapping, Sequence
@@ -28,6 +29,31 @@ from services.common.memory import ShrinkWatch
 from services.core import model
 from services.core.convert import DEGRADATION_TO_PROTO, STATE_TO_PROTO
 from services.core.cpuset import format_cpuset
+
+
+def length_delimited(field_number: int, payload: bytes) -> bytes:
+    """One embedded-message (or string) field in protobuf's wire format: key, length, payload."""
+    return wire_key(field_number, 2) + varint(len(payload)) + payload
+
+
+def wire_key(field_number: int, wire_type: int) -> bytes:
+    return varint(field_number << 3 | wire_type)
+
+
+def varint(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+# a plan has a handful of distinct CPU sets (each exclusive block, the shared rest) and thousands
+# of allocations naming them: each set's cgroup text is made once
+_cpuset_text = functools.lru_cache(maxsize=4096)(format_cpuset)
+# a NodePlan entry is the allocations field (6) around one serialized Allocation
+_ALLOCATIONS = intent_pb2.NodePlan.DESCRIPTOR.fields_by_name["allocations"].number
 
 
 def cgroup_path(intent_id: str) -> str:
@@ -42,13 +68,13 @@ def allocation(
         intent_id=decision.intent_id,
         workers=max(0, decision.pool_size),
         units=max(0, decision.units),
-        cpu_set=list(decision.cpu_set),
+        cpu_set=decision.cpu_set,
         nice=decision.nice,
         cgroup=intent_pb2.CgroupPlan(
             path=cgroup_path(decision.intent_id),
             cpu_weight=max(1, min(10000, decision.cpu_weight)),
             cpu_max=decision.cpu_max,
-            cpuset_cpus=format_cpuset(decision.cpu_set),
+            cpuset_cpus=_cpuset_text(tuple(decision.cpu_set)),
         ),
         gpu_lane=decision.gpu_lane,
         gpu_indexes=list(decision.gpu_indexes),
@@ -132,7 +158,7 @@ class AllocationCache:
             self._intent[d.intent_id] = intent
             # only a rebuilt row makes a new entry: a steady plan adds nothing long-lived for
             # the garbage collector to walk
-            entry = intent_pb2.NodePlan(allocations=[alloc]).SerializeToString()
+            entry = length_delimited(_ALLOCATIONS, alloc.SerializeToString())
             if entry != self._entry.get(d.intent_id):
                 self._entry[d.intent_id] = entry
                 self.changed.append(d.intent_id)

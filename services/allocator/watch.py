@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from parfusion.v1 import intent_pb2
+from services.allocator.plans import length_delimited, varint, wire_key
 
 DEFAULT_QUEUE = 16
 
@@ -64,7 +65,7 @@ class PlanSnapshot:
         GetPlanResponse and WatchPlansResponse both carry them as fields 1 and 2, so every
         GetPlan and every stream of this plan sends these bytes (plus its own small fields)
         instead of copying and serializing 10,000 allocations again (about 50 ms each)."""
-        return _length_delimited(1, self.node_plan_wire) + self._gpu_wire
+        return length_delimited(1, self.node_plan_wire) + self._gpu_wire
 
     @functools.cached_property
     def delta_wire(self) -> bytes | None:
@@ -73,13 +74,13 @@ class PlanSnapshot:
         c = self.changes
         if c is None:
             return None
-        node = _length_delimited(1, c.header_wire + b"".join(c.entries))
-        removed = b"".join(_length_delimited(4, intent_id.encode()) for intent_id in c.removed)
-        return node + self._gpu_wire + _key(3, 0) + _varint(c.base) + removed
+        node = length_delimited(1, c.header_wire + b"".join(c.entries))
+        removed = b"".join(length_delimited(4, intent_id.encode()) for intent_id in c.removed)
+        return node + self._gpu_wire + wire_key(3, 0) + varint(c.base) + removed
 
     @functools.cached_property
     def _gpu_wire(self) -> bytes:
-        return _length_delimited(2, self.gpu_plan.SerializeToString())
+        return length_delimited(2, self.gpu_plan.SerializeToString())
 
 
 class ReplyCache:
@@ -100,24 +101,6 @@ class ReplyCache:
         with self._lock:
             self._key, self._reply = (snapshot, own), reply
         return reply
-
-
-def _length_delimited(field_number: int, payload: bytes) -> bytes:
-    """One embedded-message (or string) field in protobuf's wire format: key, length, payload."""
-    return _key(field_number, 2) + _varint(len(payload)) + payload
-
-
-def _key(field_number: int, wire_type: int) -> bytes:
-    return _varint(field_number << 3 | wire_type)
-
-
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while value > 0x7F:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
 
 
 class _End:

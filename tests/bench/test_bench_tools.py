@@ -133,6 +133,7 @@ def test_bench_system_drives_the_real_stack_and_reports_every_column(
     )  # fmt: skip
     row = json.loads((tmp_path / "system.json").read_text())[0]
     assert row["clients"] == clients
+    assert 0 <= row["ticks_over_250_ms"] <= row["ticks"] and row["full_collections"] >= 0
     assert row["intents"] == 20 and row["ticks"] > 0 and row["stale_plans"] == 0
     for call in ("submit", "get_plan"):
         assert row[call]["ok"] == 80 and row[call]["failed"] == 0
