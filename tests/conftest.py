@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,6 +29,28 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def quiet_port(taken: frozenset[int] = frozenset()) -> int:
+    """A free port below the kernel's ephemeral range: a port held only by a later bind (a
+    container's published port, after a build of minutes) is not handed meanwhile to some
+    process's outgoing connection, as one from the ephemeral range can be."""
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    rng = random.Random()
+    for _ in range(200):
+        candidate = rng.randrange(10_000, max(low, 10_001))
+        if candidate in taken:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", candidate))
+            except OSError:
+                continue
+            return candidate
+    return free_port()
 
 
 @pytest.fixture

@@ -31,7 +31,7 @@ import yaml
 from parfusion.compose import IMAGE, STATE_DIR, publish_variable, state_volume
 from parfusion.services import BY_NAME, SERVICES
 from tests.allocator.test_grpcurl import README_PLAN, README_SUBMIT, grpcurl
-from tests.conftest import ROOT, free_port
+from tests.conftest import ROOT, free_port, quiet_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration, pytest.mark.timeout(900)]
 
@@ -164,6 +164,10 @@ def stack(engine: Engine, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
         build_s = time.monotonic() - started
         size = int(engine.docker("image", "inspect", "--format", "{{.Size}}", IMAGE).stdout)
+        # the host ports chosen after the build, outside the ephemeral range: one chosen before
+        # a build of minutes was once taken by then ("Bind for 127.0.0.1:N failed")
+        for name in running.ports:
+            running.ports[name] = quiet_port(frozenset(running.ports.values()))
         started = time.monotonic()
         wait = ["--wait"] if engine.compose == ["docker", "compose"] else []
         up = running.compose("up", "--detach", *wait)
