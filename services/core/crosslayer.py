@@ -12,7 +12,7 @@ reference policies) only the pool sizes change and every OS/GPU knob keeps its d
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,7 +60,11 @@ def _clip(a: np.ndarray, lo: float, hi: float) -> np.ndarray:
 
 
 def cpu_sets(
-    table: IntentTable, plan: UnitPlan, cpu_ids: tuple[int, ...], capacity: int
+    table: IntentTable,
+    plan: UnitPlan,
+    cpu_ids: tuple[int, ...],
+    capacity: int,
+    previous: Mapping[str, Decision] | None = None,
 ) -> tuple[list[tuple[int, ...]], np.ndarray]:
     """CPU sets per intent and whether each one has its cores to itself (but for idle time).
 
@@ -69,6 +73,13 @@ def cpu_sets(
     units), keeping one core for batch when batch runs; one that does not fit takes the
     smallest possible block (one core) if that is left. Batch, light deadline work and deadline
     work for which no core was left share the rest (all the arena when nothing is left).
+
+    Which cores a block is: with `previous` (last tick's Decisions by intent id), an intent that
+    keeps a block of the same size keeps its very cores while they are still in the arena, so
+    one holder growing or leaving moves no other holder (every move re-pins that intent's
+    workers and rebuilds its allocation); the other blocks take the first free run of cores
+    (the lowest free cores when no run is long enough). Without history the blocks are packed
+    in order from the arena's first core.
     """
     n = table.n
     sets: list[tuple[int, ...]] = [()] * n
@@ -85,6 +96,7 @@ def cpu_sets(
     unordered[order] = False
     ordered = np.concatenate((order, (deadline_running & unordered).nonzero()[0]))
     units = plan.units[ordered].tolist()
+    blocks: list[tuple[int, int]] = []  # (row, cores), in the order the cores are handed out
     pos, room = 0, c - reserve
     for i, u in zip(ordered.tolist(), units, strict=True):
         if pos >= room:
@@ -92,13 +104,64 @@ def cpu_sets(
         k = max(1, u * c // max(capacity, 1))
         if pos + k > room:
             k = 1
-        sets[i] = cpu_ids[pos : pos + k]
-        exclusive[i] = True
+        blocks.append((i, k))
         pos += k
-    shared = cpu_ids[pos:] or cpu_ids
+    free = dict.fromkeys(cpu_ids)  # the arena's cores not in a block yet, in arena order
+    placing = []
+    if previous:
+        ids = table.ids
+        for i, k in blocks:
+            held = previous.get(ids[i])
+            cores = held.cpu_set if held is not None else ()
+            if len(cores) == k and all(core in free for core in cores):
+                sets[i] = cores
+                for core in cores:
+                    del free[core]
+            else:
+                placing.append((i, k))
+    else:
+        placing = blocks
+    for i, core_block in zip((i for i, _ in placing), _runs_for(list(free), placing), strict=True):
+        sets[i] = core_block
+        for core in core_block:
+            del free[core]
+    for i, _ in blocks:
+        exclusive[i] = True
+    shared = tuple(free) or cpu_ids
     for i in (running & ~exclusive).nonzero()[0].tolist():
         sets[i] = shared
     return sets, exclusive
+
+
+def _runs_for(free: list[int], placing: list[tuple[int, int]]) -> list[tuple[int, ...]]:
+    """A block of cores per (row, size) in `placing`, in order, from the `free` cores (arena
+    order): the first run of consecutive core ids long enough, else the first free cores. One
+    pass finds the runs, so placing many blocks costs about the arena's size, not its square."""
+    out: list[tuple[int, ...]] = []
+    runs = _runs(free)
+    for _, k in placing:
+        run = next((r for r in runs if r[1] >= k), None)
+        if run is None:  # fragmented: the first k free cores, then the runs again
+            free = [core for start, length in runs for core in free[start : start + length]]
+            out.append(tuple(free[:k]))
+            free = free[k:]
+            runs = _runs(free)
+            continue
+        out.append(tuple(free[run[0] : run[0] + k]))
+        run[0] += k
+        run[1] -= k
+    return out
+
+
+def _runs(cores: list[int]) -> list[list[int]]:
+    """[start index, length] of each run of consecutive ids in `cores`."""
+    runs: list[list[int]] = []
+    for j, core in enumerate(cores):
+        if runs and core == cores[j - 1] + 1:
+            runs[-1][1] += 1
+        else:
+            runs.append([j, 1])
+    return runs
 
 
 def pinned_sets(units: np.ndarray, cpu_ids: tuple[int, ...]) -> list[tuple[int, ...]]:
@@ -299,7 +362,7 @@ def decide(
     nice_l: Column
     weight_l: Column
     if knobs.cross_layer:
-        sets, exclusive = cpu_sets(table, plan, tuple(node.cpu_ids), capacity)
+        sets, exclusive = cpu_sets(table, plan, tuple(node.cpu_ids), capacity, state.previous)
         squeezed = (deadline & running & ~exclusive & ~shared_work).nonzero()[0]
         for i in squeezed.tolist():
             why[i] += f"; shares {len(sets[i])} cpus with other work (no dedicated core left)"

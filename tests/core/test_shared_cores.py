@@ -4,6 +4,8 @@ event stream, an online service and a batch job)."""
 
 from __future__ import annotations
 
+import msgspec
+
 from services.core.dmug import plan_units
 from services.core.model import IntentSpec, NodeState, PlanInput
 from services.core.policies.registry import get_policy
@@ -114,3 +116,49 @@ def test_light_work_keeps_its_since_tick_while_nothing_changes():
                 PlanInput(intents=state.intents, node=NODE, previous=first, tick=tick)
             ).decisions
         )
+
+
+def _deadline(id_, rate, deadline=60, seq=0):
+    return IntentSpec(id=id_, name=id_, workload_class="ONLINE", priority=800,
+                      deadline_ms=deadline, min_units=1, max_units=4, base_service_ms=11.8,
+                      parallel_fraction=1.0, arrival_rate_per_s=rate, seq=seq)  # fmt: skip
+
+
+def test_a_holder_keeps_its_cores_when_another_arrives_ahead_of_it():
+    """Blocks are handed out least slack first; a newcomer with less slack than the holders
+    takes free cores instead of shifting every block after it (each move re-pins a pool)."""
+    node = NodeState(name="n", cpu_units=8, cpu_ids=tuple(range(8)))
+    big = IntentSpec(id="batch", name="batch", workload_class="BATCH", priority=200,
+                     min_units=1, max_units=8, parallel_fraction=0.9, base_service_ms=8,
+                     seq=99)  # fmt: skip
+    policy = get_policy("parfusion")
+    first = policy.allocate(
+        PlanInput(intents=[_deadline("a", 100, seq=1), _deadline("b", 150, seq=2), big], node=node)
+    ).by_id()
+    assert first["a"].units == 2 and first["b"].units == 3
+    grown = [_deadline("a", 100, seq=1), _deadline("b", 150, seq=2),
+             _deadline("c", 100, deadline=30, seq=3), big]  # fmt: skip
+    second = policy.allocate(PlanInput(intents=grown, node=node, previous=first)).by_id()
+    assert second["a"].cpu_set == first["a"].cpu_set
+    assert second["b"].cpu_set == first["b"].cpu_set
+    held = [set(second[i].cpu_set) for i in ("a", "b", "c")]
+    assert len(held[2]) == second["c"].units and not held[2] & (held[0] | held[1])
+    assert set(second["batch"].cpu_set) == set(range(8)) - held[0] - held[1] - held[2]
+    # without history the blocks are packed from the first core, least slack first
+    fresh = get_policy("parfusion").allocate(PlanInput(intents=grown, node=node)).by_id()
+    assert fresh["c"].cpu_set == (0, 1) and fresh["c"].units == 2
+    # a holder whose last block was of another size gets a new one; the others stay put
+    moved = {**second, "b": msgspec.structs.replace(second["b"], cpu_set=(6, 7))}
+    third = policy.allocate(PlanInput(intents=grown, node=node, previous=moved)).by_id()
+    assert third["a"].cpu_set == second["a"].cpu_set
+    assert third["c"].cpu_set == second["c"].cpu_set
+    assert len(third["b"].cpu_set) == third["b"].units == 3
+    assert not set(third["b"].cpu_set) & set(third["a"].cpu_set + third["c"].cpu_set)
+
+
+def test_blocks_in_a_fragmented_arena_take_a_run_else_the_first_free_cores():
+    from services.core.crosslayer import _runs_for
+
+    assert _runs_for([0, 1, 4, 5, 6, 9], [(0, 3), (1, 1), (2, 2)]) == [(4, 5, 6), (0,), (1, 9)]
+    assert _runs_for([2, 3, 5], [(0, 2), (1, 1)]) == [(2, 3), (5,)]
+    assert _runs_for([], []) == []
