@@ -106,28 +106,26 @@ def cpu_sets(
             k = 1
         blocks.append((i, k))
         pos += k
-    free = dict.fromkeys(cpu_ids)  # the arena's cores not in a block yet, in arena order
-    placing = []
+    taken: set[int] = set()  # cores in a block already
+    placing = blocks
     if previous:
-        ids = table.ids
+        arena, ids, placing = frozenset(cpu_ids), table.ids, []
         for i, k in blocks:
             held = previous.get(ids[i])
             cores = held.cpu_set if held is not None else ()
-            if len(cores) == k and all(core in free for core in cores):
+            # set operations on the tuple: a thousand holders checked at C speed
+            if len(cores) == k and arena.issuperset(cores) and taken.isdisjoint(cores):
                 sets[i] = cores
-                for core in cores:
-                    del free[core]
+                taken.update(cores)
             else:
                 placing.append((i, k))
-    else:
-        placing = blocks
-    for i, core_block in zip((i for i, _ in placing), _runs_for(list(free), placing), strict=True):
+    free = [core for core in cpu_ids if core not in taken]  # in arena order
+    for (i, _), core_block in zip(placing, _runs_for(free, placing), strict=True):
         sets[i] = core_block
-        for core in core_block:
-            del free[core]
+        taken.update(core_block)
     for i, _ in blocks:
         exclusive[i] = True
-    shared = tuple(free) or cpu_ids
+    shared = tuple(core for core in cpu_ids if core not in taken) or cpu_ids
     for i in (running & ~exclusive).nonzero()[0].tolist():
         sets[i] = shared
     return sets, exclusive
