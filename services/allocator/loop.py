@@ -433,7 +433,7 @@ class ControlLoop:
         with self._lock:
             allocated = self._workers
             previous = self._previous
-            specs = self._specs
+            specs = self._mine_specs  # by id, as of the intents this tick plans
             node_state = self._node_state()
             tick = self._tick + 1
         errors = observe(

@@ -84,7 +84,7 @@ def observations(telemetry: telemetry_pb2.NodeTelemetry) -> list[Observation]:
 def observe(
     predictor: ServiceTimes,
     seen: Iterable[Observation],
-    intents: Sequence[IntentSpec],
+    intents: Sequence[IntentSpec] | Mapping[str, IntentSpec],
     node: NodeState,
     previous: Mapping[str, Decision],
     allocated: Mapping[str, int],
@@ -96,8 +96,10 @@ def observe(
     units, else 1) and the latency factor they ran under (the previous decision's degradation
     level, the node's pressure), so the predictor can rescale them to NORMAL. Then, per deadline
     intent, the observed tail against the previous decision's prediction (`tick`: the tick
-    about to be planned); returns those prediction errors (predicted / observed - 1)."""
-    specs = {s.id: s for s in intents}
+    about to be planned); returns those prediction errors (predicted / observed - 1).
+    `intents` may be given by id already (the loop keeps them so: no 10,000-entry dict per
+    telemetry reply for the few hundred intents it reports on)."""
+    specs = intents if isinstance(intents, Mapping) else {s.id: s for s in intents}
     errors: dict[str, float] = {}
     for obs in seen:
         spec = specs.get(obs.intent_id)
