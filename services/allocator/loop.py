@@ -25,7 +25,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from parfusion.v1 import intent_pb2, telemetry_pb2
 from services.allocator import metrics, plans
 from services.allocator.gcpause import cyclic_gc_paused
-from services.allocator.nodestate import Telemetry, node_state
+from services.allocator.nodestate import Telemetry, is_stale, node_state
 from services.allocator.peers import GpuLaneClient, NodeAgentClient
 from services.allocator.store import IntentStore
 from services.allocator.store_batch import StoredIntent
@@ -120,9 +120,6 @@ class ControlLoop:
         self._clock = clock
         self._lock = threading.RLock()
         self._telemetry = Telemetry()
-        # (monotonic receipt, wall time) of the last node telemetry, replaced whole: what
-        # node_status reads without the lock
-        self._node_seen: tuple[float, Timestamp] | None = None
         self._tick = 0
         self._generation = 0
         self._previous: Mapping[str, model.Decision] = {}
@@ -417,10 +414,8 @@ class ControlLoop:
             wall.GetCurrentTime()
             with self._lock:
                 self._telemetry.node = node
-                self._telemetry.node_at = self._clock()
-                self._telemetry.node_wall = wall
+                self._telemetry.node_seen = (self._clock(), wall)
                 self._telemetry.contention = convert.node_contention(node)
-                self._node_seen = (self._telemetry.node_at, wall)
             self._observe(node)
         if gpu is not None:
             with self._lock:
@@ -433,7 +428,8 @@ class ControlLoop:
         with self._lock:
             allocated = self._workers
             previous = self._previous
-            specs = self._mine_specs  # by id, as of the intents this tick plans
+            # by id: _current_intents, which the tick and report() call first, keeps it current
+            specs = self._mine_specs
             node_state = self._node_state()
             tick = self._tick + 1
         errors = observe(
@@ -474,11 +470,9 @@ class ControlLoop:
         """(node_stale, wall time of the last node telemetry), as node_state says them, without
         the lock: GetPlan asks from the server's event loop, which must not wait for a tick
         that holds it (a whole store read at 10,000 intents takes a tenth of a second)."""
-        seen = self._node_seen
-        if seen is None:
-            return True, None
-        at, wall = seen
-        return self._clock() - at > self.config.stale_after_s, wall
+        seen = self._telemetry.node_seen  # one attribute, replaced whole
+        stale = is_stale(seen, self._clock(), self.config.stale_after_s)
+        return stale, None if seen is None else seen[1]
 
     @property
     def policy_name(self) -> str:

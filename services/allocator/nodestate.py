@@ -21,10 +21,17 @@ from services.core import convert, model
 @dataclass
 class Telemetry:
     node: telemetry_pb2.NodeTelemetry | None = None
-    node_at: float = 0.0  # monotonic receipt time
-    node_wall: Timestamp | None = None
+    # (monotonic receipt, wall time) of `node`, replaced whole with it: GetPlan reads it from
+    # the server's event loop without the loop's lock
+    node_seen: tuple[float, Timestamp] | None = None
     gpu: telemetry_pb2.GpuTelemetry | None = None
     contention: float = 0.0
+
+
+def is_stale(seen: tuple[float, Timestamp] | None, now: float, stale_after_s: float) -> bool:
+    """Whether node telemetry received at monotonic ``seen[0]`` (None: never) is too old at
+    ``now``."""
+    return seen is None or now - seen[0] > stale_after_s
 
 
 def node_state(
@@ -45,10 +52,11 @@ def node_state(
     # More units than arena cores (allocator.cpu_units set by hand) oversubscribe the real
     # cores: CPU sets must only ever name CPUs the node agent has.
     cpu_ids = arena[:units] if arena else tuple(range(units))
-    stale = node is None or now - tel.node_at > stale_after_s
+    seen = tel.node_seen
+    stale = node is None or is_stale(seen, now, stale_after_s)
     disturbance = model.Disturbance()
     gpu_pressure = tel.gpu.gpu_pressure if tel.gpu is not None else 0.0
-    if node is not None and node.disturbance_remaining_s - (now - tel.node_at) > 0:
+    if node is not None and seen is not None and node.disturbance_remaining_s > now - seen[0]:
         disturbance = convert.active_disturbance(node, gpu_pressure)
     elif gpu_pressure:
         disturbance = convert.active_disturbance(None, gpu_pressure)

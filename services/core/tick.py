@@ -84,7 +84,7 @@ def observations(telemetry: telemetry_pb2.NodeTelemetry) -> list[Observation]:
 def observe(
     predictor: ServiceTimes,
     seen: Iterable[Observation],
-    intents: Sequence[IntentSpec] | Mapping[str, IntentSpec],
+    intents: Mapping[str, IntentSpec],
     node: NodeState,
     previous: Mapping[str, Decision],
     allocated: Mapping[str, int],
@@ -97,12 +97,11 @@ def observe(
     level, the node's pressure), so the predictor can rescale them to NORMAL. Then, per deadline
     intent, the observed tail against the previous decision's prediction (`tick`: the tick
     about to be planned); returns those prediction errors (predicted / observed - 1).
-    `intents` may be given by id already (the loop keeps them so: no 10,000-entry dict per
+    `intents` are the planned intents by id (the loop keeps them so: no 10,000-entry dict per
     telemetry reply for the few hundred intents it reports on)."""
-    specs = intents if isinstance(intents, Mapping) else {s.id: s for s in intents}
     errors: dict[str, float] = {}
     for obs in seen:
-        spec = specs.get(obs.intent_id)
+        spec = intents.get(obs.intent_id)
         if spec is None:
             continue
         last = previous.get(obs.intent_id)
@@ -137,7 +136,8 @@ def plan_tick(
     config = config if config is not None else DmugConfig()
     previous = previous if previous is not None else {}
     if predictor is not None:
-        observe(predictor, seen, intents, node, previous, allocated or {}, config, tick)
+        by_id = {s.id: s for s in intents}
+        observe(predictor, seen, by_id, node, previous, allocated or {}, config, tick)
     state = PlanInput(
         intents=intents,
         node=node,
