@@ -107,15 +107,21 @@ def changed_rows(n: int, new: Mapping[str, Column], old: Mapping[str, Column]) -
 def row_map(old_ids: Sequence[str], new_ids: Sequence[str]) -> np.ndarray | None:
     """Per new row, the old row of the same intent id (-1: a new intent); None when the ids are
     the same sequence (rows align as they are)."""
+    return _row_map(old_ids, new_ids)[0]
+
+
+def _row_map(old_ids: Sequence[str], new_ids: Sequence[str]) -> tuple[np.ndarray | None, bool]:
+    """``row_map``, and whether the new ids are the old ones with others appended."""
     if old_ids is new_ids or old_ids == new_ids:
-        return None
+        return None, False
     k = len(old_ids)
     if len(new_ids) > k and new_ids[:k] == old_ids:  # intents appended (submits): no lookups
         src = np.full(len(new_ids), -1, np.int64)
         src[:k] = np.arange(k)
-        return src
+        return src, True
     at = dict(zip(old_ids, range(k), strict=True))
-    return np.fromiter(map(at.get, new_ids, itertools.repeat(-1)), np.int64, len(new_ids))
+    src = np.fromiter(map(at.get, new_ids, itertools.repeat(-1)), np.int64, len(new_ids))
+    return src, False
 
 
 def aligned(old: Mapping[str, Column], src: np.ndarray | None) -> Mapping[str, Column]:
@@ -143,7 +149,12 @@ def changed_from(
     dropped or moved since), and the row map used (None: rows aligned as they are)."""
     if not old_ids:
         return np.ones(n, dtype=bool), None
-    src = row_map(old_ids, new_ids)
+    src, appended = _row_map(old_ids, new_ids)
+    if appended:  # the old rows are the first k: compared in place, not gathered
+        k = len(old_ids)
+        changed = np.ones(n, dtype=bool)
+        changed[:k] = changed_rows(k, {name: column[:k] for name, column in new.items()}, old)
+        return changed, src
     changed = changed_rows(n, new, aligned(old, src))
     if src is not None:
         changed |= src < 0

@@ -6,11 +6,14 @@ the what-if preview and the experiments build them directly, so every caller run
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
 import msgspec
+
+_INTENT_ID = operator.attrgetter("intent_id")
 
 WorkloadClass = Literal["ONLINE", "BATCH", "ROBOT", "URGENT"]
 Degradation = Literal["NORMAL", "FP16", "INT8"]
@@ -174,7 +177,8 @@ class PlanResult:
     degradations: int = 0
 
     def by_id(self) -> dict[str, Decision]:
-        return {d.intent_id: d for d in self.decisions}
+        decisions = self.decisions
+        return dict(zip(map(_INTENT_ID, decisions), decisions, strict=True))
 
 
 @dataclass(frozen=True, slots=True)

@@ -135,7 +135,7 @@ def plan_tick(
     plan (Decisions by intent id) and the tick number (hysteresis counts ticks)."""
     config = config if config is not None else DmugConfig()
     previous = previous if previous is not None else {}
-    if predictor is not None:
+    if predictor is not None and seen:  # the loop observes as telemetry arrives: ()
         by_id = {s.id: s for s in intents}
         observe(predictor, seen, by_id, node, previous, allocated or {}, config, tick)
     state = PlanInput(

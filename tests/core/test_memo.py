@@ -309,6 +309,29 @@ def test_changed_from_on_appended_ids_keeps_the_old_rows():
     assert changed.tolist() == [False, False, True] and src.tolist() == [0, 1, -1]
 
 
+@given(
+    st.lists(st.integers(0, 3), min_size=1, max_size=8),
+    st.integers(1, 4),
+    st.data(),
+)
+def test_changed_from_on_appended_ids_compares_each_old_row_with_itself(values, extra, data):
+    """The submit path (old rows in place, new ones after): the same answer as gathering the
+    old rows by id, whichever old rows changed in an array or a list column."""
+    k = len(values)
+    old_ids = [f"i{j}" for j in range(k)]
+    new_ids = old_ids + [f"n{j}" for j in range(extra)]
+    touched = data.draw(st.sets(st.integers(0, k - 1)))
+    listed = data.draw(st.sets(st.integers(0, k - 1)))
+    old = {"v": np.array(values, dtype=np.float64), "s": [str(v) for v in values]}
+    new_values = [v + 1 if j in touched else v for j, v in enumerate(values)] + [0] * extra
+    new_texts = [f"{v}!" if j in listed else str(v) for j, v in enumerate(values)] + [""] * extra
+    new = {"v": np.array(new_values, dtype=np.float64), "s": new_texts}
+    changed, src = changed_from(k + extra, new, old, old_ids, new_ids)
+    expected = [j in touched or j in listed for j in range(k)] + [True] * extra
+    assert changed.tolist() == expected
+    assert src.tolist() == list(range(k)) + [-1] * extra
+
+
 def _three_specs() -> tuple[IntentSpec, ...]:
     """An ONLINE, a BATCH and a ROBOT intent, 2-5 units each."""
     return tuple(
