@@ -4,9 +4,11 @@ One tick: take the store's intents (re-converted only when the store's version m
 node and GPU telemetry (about half a tick of deadline each, concurrently), feed the predictor
 with the service times the node agent observed, build the NodeState (capacity, lanes,
 contention, disturbance, staleness), run the active policy, publish the plans to GetPlan and
-WatchPlans subscribers, and push them to the node agent and gpulane. A peer that is down makes
-the node stale and the loop keeps planning on the last known capacity; it resumes by itself
-when the peer comes back. PreviewPlan runs the same steps on a copy and applies nothing.
+WatchPlans subscribers, and push them to the node agent and gpulane. The loop's own ticks
+overlap the peers' work with the sleep between ticks: the pushes and the next pulls start as a
+tick ends and the next tick finishes them first (``tick(overlap=True)``). A peer that is down
+makes the node stale and the loop keeps planning on the last known capacity; it resumes by
+itself when the peer comes back. PreviewPlan runs the same steps on a copy and applies nothing.
 """
 
 from __future__ import annotations
@@ -100,6 +102,18 @@ class _LockedPredictor:
             self.predictor.compact()
 
 
+# node and GPU telemetry calls, and when the node's reply came (see _start_pulls)
+_Pulls = tuple[Any, Any, list[tuple[float, Timestamp]]]
+
+
+@dataclass(frozen=True)
+class _InFlight:
+    """Calls an overlapped tick left running: its pushes, and the pulls the next tick reads."""
+
+    pushes: tuple[Any, Any]
+    pulls: _Pulls
+
+
 class ControlLoop:
     """Owns the plan state; ``tick()`` is one iteration (the thread calls it every tick_s)."""
 
@@ -160,6 +174,9 @@ class ControlLoop:
         )
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        # an overlapped tick's pushes and the next tick's pulls, in flight while the loop
+        # sleeps; the loop thread's own (see tick)
+        self._in_flight: _InFlight | None = None
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -173,6 +190,9 @@ class ControlLoop:
         self.feed.close()
         if self._thread is not None:
             self._thread.join(timeout=5)
+        flight, self._in_flight = self._in_flight, None
+        if flight is not None:  # the last plan's acknowledgement; the pulls are dropped
+            self._finish_pushes(flight.pushes)
         for peer in (self.nodeagent, self.gpulane):
             if peer is not None:
                 peer.close()
@@ -182,7 +202,7 @@ class ControlLoop:
         next_at = self._clock()
         while not self._stop.is_set():
             try:
-                self.tick()
+                self.tick(overlap=True)
             except Exception:  # the loop must outlive any single bad tick
                 log.exception("tick failed")
             next_at += self.config.tick_s
@@ -193,15 +213,26 @@ class ControlLoop:
 
     # --- one tick ----------------------------------------------------------------------------
 
-    def tick(self) -> PlanSnapshot | None:
+    def tick(self, overlap: bool = False) -> PlanSnapshot | None:
+        """One tick. By default it pulls telemetry and plans on it, and returns once the node
+        agent and gpulane acknowledged the plans. With ``overlap`` (the loop's own ticks) the
+        pushes and the next tick's pulls stay in flight while the loop sleeps, and the next
+        tick finishes them first: the peers' work is off the tick's critical path, and the
+        telemetry a tick plans on was read at the end of the tick before."""
         started = time.perf_counter()
-        snapshot = self._tick_once()
+        snapshot = self._tick_once(overlap)
         if snapshot is not None:
             metrics.TICK_SECONDS.observe(time.perf_counter() - started)
         return snapshot
 
-    def _tick_once(self) -> PlanSnapshot | None:
-        pulls = self._start_pulls()
+    def _tick_once(self, overlap: bool = False) -> PlanSnapshot | None:
+        flight, self._in_flight = self._in_flight, None
+        if flight is None:
+            pulls = self._start_pulls()
+        else:
+            pulls = flight.pulls
+            # acknowledged (or failed) before the next delta is taken against what it holds
+            self._finish_pushes(flight.pushes)
         specs, intents = self._current_intents()
         self._finish_pulls(pulls)
         with self._lock:
@@ -256,7 +287,11 @@ class ControlLoop:
             self._names_of = specs
         self.metrics.record(result, self._names, seconds, tick, self._stability_window)
         metrics.set_node_stale(node.stale)
-        self._push(snapshot, header, entries)
+        pushes = self._start_pushes(snapshot, header, entries)
+        if overlap:
+            self._in_flight = _InFlight(pushes, self._start_pulls())
+        else:
+            self._finish_pushes(pushes)
         with self._lock:
             release, self._release_pending = self._release_pending, False
         if release:  # thousands of intents left: give their memory back, once this tick's
@@ -358,24 +393,34 @@ class ControlLoop:
                 self._mine_intents[spec.id] = s.intent
         return left
 
-    def _start_pulls(self) -> tuple[Any, Any]:
+    def _start_pulls(self) -> _Pulls:
+        """The telemetry calls, and when the node's reply came: an overlapped tick's pull is
+        read at the next tick, and the node is as old as the reply, not as its reading."""
         timeout = self.config.rpc_timeout_s
         node = self.nodeagent.start_pull(timeout) if self.nodeagent else None
         gpu = self.gpulane.start_pull(timeout) if self.gpulane else None
-        return node, gpu
+        arrived: list[tuple[float, Timestamp]] = []
+        if node is not None:
+            node.add_done_callback(lambda _call: arrived.append(self._receipt()))
+        return node, gpu, arrived
 
-    def _finish_pulls(self, pulls: tuple[Any, Any]) -> None:
-        node_future, gpu_future = pulls
+    def _finish_pulls(self, pulls: _Pulls) -> None:
+        node_future, gpu_future, arrived = pulls
         node = self.nodeagent.finish_pull(node_future) if self.nodeagent and node_future else None
         gpu = self.gpulane.finish_pull(gpu_future) if self.gpulane and gpu_future else None
-        self._accept(node, gpu)
+        # the call's callbacks may run just after its result is ready: then it came just now
+        self._accept(node, gpu, arrived[0] if arrived else None)
 
-    def _push(
+    def _start_pushes(
         self, snapshot: PlanSnapshot, header: intent_pb2.NodePlan, entries: dict[str, bytes]
-    ) -> None:
+    ) -> tuple[Any, Any]:
         timeout = self.config.rpc_timeout_s
         node = self.nodeagent.start_push(header, entries, timeout) if self.nodeagent else None
         gpu = self.gpulane.start_push(snapshot.gpu_plan, timeout) if self.gpulane else None
+        return node, gpu
+
+    def _finish_pushes(self, pushes: tuple[Any, Any]) -> None:
+        node, gpu = pushes
         if self.nodeagent and node is not None:
             self.nodeagent.finish_push(node)
         if self.gpulane and gpu is not None:
@@ -404,17 +449,23 @@ class ControlLoop:
         with self._lock:
             return self._generation
 
+    def _receipt(self) -> tuple[float, Timestamp]:
+        """(monotonic, wall) time now: when a piece of telemetry is received."""
+        wall = Timestamp()
+        wall.GetCurrentTime()
+        return self._clock(), wall
+
     def _accept(
         self,
         node: telemetry_pb2.NodeTelemetry | None,
         gpu: telemetry_pb2.GpuTelemetry | None,
+        received: tuple[float, Timestamp] | None = None,
     ) -> None:
         if node is not None:
-            wall = Timestamp()
-            wall.GetCurrentTime()
+            seen = received or self._receipt()
             with self._lock:
                 self._telemetry.node = node
-                self._telemetry.node_seen = (self._clock(), wall)
+                self._telemetry.node_seen = seen
                 self._telemetry.contention = convert.node_contention(node)
             self._observe(node)
         if gpu is not None:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from google.protobuf.timestamp_pb2 import Timestamp
 from prometheus_client import REGISTRY
 
 from parfusion.v1 import intent_pb2, nodeagent_pb2_grpc
@@ -159,5 +160,72 @@ def test_a_missed_pull_gives_the_next_one_the_resync_deadline(tmp_path: Path) ->
         assert servicer.seen[2][0] == servicer.seen[1][0] != 0  # it names the reply it holds
     finally:
         client.close()
+        server.stop(0)
+        backend.stop()
+
+
+class _HeldApply(NodeAgentServicer):
+    """A real agent servicer that applies each plan only once the test lets it."""
+
+    def __init__(self, backend: Any) -> None:
+        super().__init__(backend)
+        self.arrived = threading.Event()
+        self.release = threading.Event()
+
+    def ApplyNodePlan(self, request: Any, context: Any) -> Any:  # noqa: N802
+        self.arrived.set()
+        self.release.wait(10)
+        return super().ApplyNodePlan(request, context)
+
+
+def test_an_overlapped_tick_leaves_its_push_to_the_next_tick(
+    store: IntentStore, tmp_path: Path
+) -> None:
+    """The loop's own ticks do not wait for the agent: a tick returns while its plan is still
+    being applied, the next one takes the acknowledgement before its own delta, and the
+    telemetry it plans on is dated when the reply came, not when it was read."""
+    for k in range(6):
+        intent = online_intent(name=f"on-{k}") if k % 2 else batch_intent(name=f"job-{k}")
+        store.submit(normalize_intent(intent))
+    backend = create_backend("modeled", BackendOptions(run_dir=tmp_path / "run"))
+    servicer = _HeldApply(backend)
+    server = start_grpc_server(
+        [(nodeagent_pb2_grpc.add_NodeAgentServiceServicer_to_server, servicer, SERVICE_NAME)]
+    )
+    loop = ControlLoop(store, LoopConfig(nodeagent_address=server.address, tick_s=4.0))
+    agent = loop.nodeagent
+    assert agent is not None
+    try:
+        first = loop.tick(overlap=True)
+        assert first is not None and servicer.arrived.wait(5)
+        # returned with the push held by the agent: nothing acknowledged, nothing failed
+        assert agent.plan_sent.held_generation == 0 and agent.push_health.ok is None
+        assert servicer.plan.generation == 0
+        servicer.release.set()
+
+        flight = loop._in_flight  # the next tick's telemetry pull, started as this one ended
+        assert flight is not None
+        arrived = flight.pulls[2]
+        for _ in range(500):
+            if arrived:
+                break
+            threading.Event().wait(0.01)
+        assert arrived, "the pull's reply never came"
+        read_after = Timestamp()
+        read_after.GetCurrentTime()
+        second = loop.tick(overlap=True)
+        assert second is not None
+        # the first push was acknowledged before the second delta was taken against it
+        assert agent.push_health.ok is True
+        _, seen_wall = loop.node_status()
+        assert seen_wall is not None and seen_wall.ToNanoseconds() < read_after.ToNanoseconds()
+
+        third = loop.tick()  # not overlapped: returns with its plan acknowledged
+        assert third is not None and loop._in_flight is None
+        assert agent.plan_sent.held_generation == third.generation == servicer.plan.generation
+        assert servicer.plan.entries == _loop_entries(loop)
+    finally:
+        servicer.release.set()
+        loop.stop()
         server.stop(0)
         backend.stop()
