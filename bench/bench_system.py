@@ -519,6 +519,7 @@ def measure(stack: Any, home: Path, intents: list[Any], args: argparse.Namespace
         "ticks_over_250_ms": int(ticks - (after[_bucket(0.25)] - before[_bucket(0.25)])),
         "full_collections": int(after[_FULL_GC] - before[_FULL_GC]),
         "stale_plans": sum(1 for p in window_plans if p[2]),
+        "failed_peer_calls": failed_calls(before, after),
         "watched_plans": len(window_plans),
         "watchers": len(watches),
         "watch_skipped_generations": skipped,
@@ -553,6 +554,18 @@ def measure(stack: Any, home: Path, intents: list[Any], args: argparse.Namespace
     }
 
 
+def failed_calls(before: dict[str, float], after: dict[str, float]) -> dict[str, int]:
+    """Pulls and pushes to the node agent and gpulane that failed or missed their deadline in
+    the window, per series of parfusion_allocator_peer_call_failures_total (its labels)."""
+    prefix = "parfusion_allocator_peer_call_failures_total{"
+    counts = {
+        k[len(prefix) : -1]: int(v - before.get(k, 0.0))
+        for k, v in after.items()
+        if k.startswith(prefix)
+    }
+    return {k: n for k, n in counts.items() if n}
+
+
 def latency_row(calls: Calls) -> dict[str, float]:
     return {
         "p50_ms": quantile(calls.latencies_ms, 0.5),
@@ -571,7 +584,8 @@ def table(rows: list[dict[str, Any]]) -> str:
         return f" ({get(row) / get(idle):.1f}x)"
 
     lines = [
-        "| intents | tick p50 / p99 ms | period p99 ms | ticks > 250 ms, full GCs | stale | Submit p50 / p99 ms (server p99) "
+        "| intents | tick p50 / p99 ms | period p99 ms | ticks > 250 ms, full GCs "
+        "| stale plans, failed peer calls | Submit p50 / p99 ms (server p99) "
         "| GetPlan p50 / p99 ms (server p99) | watch plans / ticks, bytes per plan "
         "| bytes/tick agent out / in "
         "| bytes/tick gpulane out / in | CPU % alloc / agent / gpulane "
@@ -584,7 +598,8 @@ def table(rows: list[dict[str, Any]]) -> str:
             f"| {r['intents']:,} | {r['tick_ms']['p50']:.0f} / {r['tick_ms']['p99']:.0f}"
             f"{ratio(r, lambda x: x['tick_ms']['p99'])} | {r['period_ms']['p99']:.0f} "
             f"| {r['ticks_over_250_ms']} of {r['ticks']}, {r['full_collections']} "
-            f"| {r['stale_plans']} | {r['submit']['p50_ms']:.1f} / {r['submit']['p99_ms']:.1f}"
+            f"| {r['stale_plans']}, {sum(r['failed_peer_calls'].values())} "
+            f"| {r['submit']['p50_ms']:.1f} / {r['submit']['p99_ms']:.1f}"
             f"{ratio(r, lambda x: x['submit']['p99_ms'])} ({server['submit']['p99_ms']:.1f}) "
             f"| {r['get_plan']['p50_ms']:.1f} / {r['get_plan']['p99_ms']:.1f}"
             f"{ratio(r, lambda x: x['get_plan']['p99_ms'])} ({server['get_plan']['p99_ms']:.1f}) "

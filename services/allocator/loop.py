@@ -228,7 +228,7 @@ class ControlLoop:
     def _tick_once(self, overlap: bool = False) -> PlanSnapshot | None:
         flight, self._in_flight = self._in_flight, None
         if flight is None:
-            pulls = self._start_pulls()
+            pulls = self._start_pulls(self.config.rpc_timeout_s)
         else:
             pulls = flight.pulls
             # acknowledged (or failed) before the next delta is taken against what it holds
@@ -287,9 +287,12 @@ class ControlLoop:
             self._names_of = specs
         self.metrics.record(result, self._names, seconds, tick, self._stability_window)
         metrics.set_node_stale(node.stale)
-        pushes = self._start_pushes(snapshot, header, entries)
+        # overlapped calls have until the next tick to answer (they run while the loop sleeps,
+        # the pushes and the pulls at the same time), the others half a tick
+        timeout = self.config.tick_s if overlap else self.config.rpc_timeout_s
+        pushes = self._start_pushes(snapshot, header, entries, timeout)
         if overlap:
-            self._in_flight = _InFlight(pushes, self._start_pulls())
+            self._in_flight = _InFlight(pushes, self._start_pulls(timeout))
         else:
             self._finish_pushes(pushes)
         with self._lock:
@@ -393,10 +396,9 @@ class ControlLoop:
                 self._mine_intents[spec.id] = s.intent
         return left
 
-    def _start_pulls(self) -> _Pulls:
+    def _start_pulls(self, timeout: float) -> _Pulls:
         """The telemetry calls, and when the node's reply came: an overlapped tick's pull is
         read at the next tick, and the node is as old as the reply, not as its reading."""
-        timeout = self.config.rpc_timeout_s
         node = self.nodeagent.start_pull(timeout) if self.nodeagent else None
         gpu = self.gpulane.start_pull(timeout) if self.gpulane else None
         arrived: list[tuple[float, Timestamp]] = []
@@ -412,9 +414,12 @@ class ControlLoop:
         self._accept(node, gpu, arrived[0] if arrived else None)
 
     def _start_pushes(
-        self, snapshot: PlanSnapshot, header: intent_pb2.NodePlan, entries: dict[str, bytes]
+        self,
+        snapshot: PlanSnapshot,
+        header: intent_pb2.NodePlan,
+        entries: dict[str, bytes],
+        timeout: float,
     ) -> tuple[Any, Any]:
-        timeout = self.config.rpc_timeout_s
         node = self.nodeagent.start_push(header, entries, timeout) if self.nodeagent else None
         gpu = self.gpulane.start_push(snapshot.gpu_plan, timeout) if self.gpulane else None
         return node, gpu

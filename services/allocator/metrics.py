@@ -78,6 +78,11 @@ PEER_BYTES = Counter(
     "Bytes of plans and telemetry exchanged with the node agent and gpulane (message sizes)",
     ["peer", "direction"],
 )
+PEER_FAILURES = Counter(
+    "parfusion_allocator_peer_call_failures_total",
+    "Calls to the node agent and gpulane that failed or missed their deadline, by status code",
+    ["peer", "call", "code"],
+)
 RESYNCS = Counter(
     "parfusion_allocator_resyncs_total",
     "Deltas a side did not hold the base of, answered by a whole plan or telemetry reply",

@@ -39,7 +39,8 @@ RESYNC_TIMEOUT_S = 2.0  # deadline of a telemetry pull that asks for everything
 
 
 class PeerHealth:
-    """Tracks whether one call kind to one peer works and logs only its state changes."""
+    """Tracks whether one call kind to one peer works, counts its failures by status code and
+    logs only its state changes."""
 
     def __init__(self, peer: str, call: str) -> None:
         self.peer = peer
@@ -52,8 +53,9 @@ class PeerHealth:
         self.ok = True
 
     def failure(self, exc: BaseException) -> None:
+        detail = exc.code().name if isinstance(exc, grpc.RpcError) else type(exc).__name__  # type: ignore[attr-defined]
+        metrics.PEER_FAILURES.labels(self.peer, self.call, detail).inc()
         if self.ok is not False:
-            detail = exc.code().name if isinstance(exc, grpc.RpcError) else type(exc).__name__  # type: ignore[attr-defined]
             log.warning(
                 "peer call failing; planning on last known state",
                 extra={"peer": self.peer, "call": self.call, "error": detail},

@@ -146,11 +146,15 @@ def test_a_missed_pull_gives_the_next_one_the_resync_deadline(tmp_path: Path) ->
         [(nodeagent_pb2_grpc.add_NodeAgentServiceServicer_to_server, servicer, SERVICE_NAME)]
     )
     client = NodeAgentClient(server.address)
+    missed = {"peer": "nodeagent", "call": "GetNodeTelemetry", "code": "DEADLINE_EXCEEDED"}
+    misses = REGISTRY.get_sample_value("parfusion_allocator_peer_call_failures_total", missed)
     try:
         replies = [client.finish_pull(client.start_pull(0.8)) for _ in range(2)]
         assert servicer.late_reply_made.wait(5)  # the agent now counts it as held
         replies += [client.finish_pull(client.start_pull(0.8)) for _ in range(2)]
         assert replies[0] is not None and replies[1] is None  # the second one came too late
+        after = REGISTRY.get_sample_value("parfusion_allocator_peer_call_failures_total", missed)
+        assert after == (misses or 0) + 1  # counted, by its status code
         assert replies[2] is not None and replies[3] is not None
         deadlines = [left for _, left in servicer.seen]
         assert deadlines[0] > 1.5  # nothing held yet: a whole reply, the resync deadline
