@@ -264,19 +264,22 @@ class ControlLoop:
         header = plans.node_plan_header(
             result, node, generation=generation, created_at=created, decision_ms=seconds * 1000
         )
-        # the NodePlan's bytes without building or parsing it (PlanSnapshot parses on demand)
+        # the NodePlan as its serialized header and entries, never built (PlanSnapshot joins
+        # and parses them on demand)
         cache = self._allocation_cache
         header_wire = header.SerializeToString()
-        node_wire = plans.node_plan_wire(header_wire, cache.entries(result.decisions, intents))
-        # WatchPlans deltas: what changed against the plan the cache's last call made
+        node_entries = cache.entries(result.decisions, intents)
+        # WatchPlans' and the node agent's deltas: what changed against the plan the cache's
+        # last call made
         changes = PlanChanges(
-            self._cached_generation, header_wire, cache.changed_entries(), cache.removed
-        )
+            self._cached_generation, header_wire, cache.changed_entries(), cache.removed,
+            cache.changed,
+        )  # fmt: skip
         self._cached_generation = generation
         gpu_plan = plans.gpu_plan(result, intents, node, generation=generation, created_at=created)
-        snapshot = PlanSnapshot(node_wire, gpu_plan, generation, changes)
+        snapshot = PlanSnapshot(header_wire, node_entries, gpu_plan, generation, changes)
         entries = self._allocation_cache.by_intent()
-        metrics.PLAN_SIZE.labels("node").set(len(node_wire))
+        metrics.PLAN_SIZE.labels("node").set(len(header_wire) + cache.size)
         metrics.PLAN_SIZE.labels("gpu").set(gpu_plan.ByteSize())
         workers = self._allocation_cache.workers
         with self._lock:
@@ -420,7 +423,11 @@ class ControlLoop:
         entries: dict[str, bytes],
         timeout: float,
     ) -> tuple[Any, Any]:
-        node = self.nodeagent.start_push(header, entries, timeout) if self.nodeagent else None
+        node = (
+            self.nodeagent.start_push(header, entries, timeout, snapshot.changes)
+            if self.nodeagent
+            else None
+        )
         gpu = self.gpulane.start_push(snapshot.gpu_plan, timeout) if self.gpulane else None
         return node, gpu
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
@@ -30,7 +30,10 @@ from parfusion.v1 import (
 )
 from services.allocator import metrics
 from services.common.clients import channel
-from services.common.delta import DeltaSender, HeldState
+from services.common.delta import Delta, DeltaSender, HeldState
+
+if TYPE_CHECKING:
+    from services.allocator.watch import PlanChanges
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +64,12 @@ class PeerHealth:
                 extra={"peer": self.peer, "call": self.call, "error": detail},
             )
         self.ok = False
+
+
+def _in_time_only(exc: BaseException) -> bool:
+    """A call that reached a live peer but not in time: its channel is sound, and closing it
+    would cancel the other calls in flight on it (an overlapped tick's pull with its push)."""
+    return isinstance(exc, grpc.RpcError) and exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED  # type: ignore[attr-defined]
 
 
 class _Peer:
@@ -101,7 +110,8 @@ class _Peer:
             value = future.result()
         except Exception as exc:  # RpcError, or a cancelled future at shutdown
             health.failure(exc)
-            self.reconnect_soon()
+            if not _in_time_only(exc):
+                self.reconnect_soon()
             return None
         health.success()
         return value
@@ -114,7 +124,7 @@ class NodeAgentClient(_Peer):
         self.push_health = PeerHealth("nodeagent", "ApplyNodePlan")
         self.plan_sent = DeltaSender()  # the plan the agent holds
         self.pools = HeldState()  # the agent's pools as of the last telemetry reply
-        self._pushing: tuple[dict[str, bytes], int] | None = None
+        self._pushing: tuple[Delta, dict[str, bytes], int] | None = None
         self._pull_missed = False  # the last pull got no reply: the agent may have moved on
 
     def start_pull(self, timeout_s: float) -> Any:
@@ -154,11 +164,22 @@ class NodeAgentClient(_Peer):
         return telemetry
 
     def start_push(
-        self, header: intent_pb2.NodePlan, entries: dict[str, bytes], timeout_s: float
+        self,
+        header: intent_pb2.NodePlan,
+        entries: dict[str, bytes],
+        timeout_s: float,
+        changes: PlanChanges | None = None,
     ) -> Any:
         """Push the plan made of ``header`` and ``entries`` (NodePlan-wrapped allocations per
-        intent id, in plan order), as the delta against the plan the agent holds."""
-        delta = self.plan_sent.diff(entries)
+        intent id, in plan order), as the delta against the plan the agent holds; ``changes``
+        (what the plan changed since the plan of generation ``changes.base``) is that delta
+        when the agent holds exactly that plan, without comparing every entry."""
+        if changes is None:
+            delta = self.plan_sent.diff(entries)
+        else:
+            delta = self.plan_sent.diff_since(
+                changes.base, changes.changed, changes.removed, entries
+            )
         body = header.SerializeToString() + b"".join(entries[k] for k in delta.changed)
         request = nodeagent_pb2.ApplyNodePlanRequest(
             plan=intent_pb2.NodePlan.FromString(body),
@@ -166,7 +187,7 @@ class NodeAgentClient(_Peer):
             removed_intent_ids=delta.removed,
         )
         metrics.PEER_BYTES.labels(self.name, "sent").inc(request.ByteSize())
-        self._pushing = (entries, header.generation)
+        self._pushing = (delta, entries, header.generation)
         stub = nodeagent_pb2_grpc.NodeAgentServiceStub(self.channel())
         return stub.ApplyNodePlan.future(request, timeout=timeout_s)
 
@@ -179,14 +200,14 @@ class NodeAgentClient(_Peer):
             # Applied or not, unknown. A push past its deadline is usually still applied (the
             # agent finishes it and takes the next one after it), so the next goes as a delta
             # against this plan: a wrong guess costs one resync_required and a whole plan.
-            self.plan_sent.held(*pushing)
+            self.plan_sent.advance(*pushing)
             return False
         metrics.PEER_BYTES.labels(self.name, "received").inc(reply.ByteSize())
         if reply.resync_required:
             self.plan_sent.forget()
             metrics.RESYNCS.labels(self.name, "plan").inc()
             return False
-        self.plan_sent.held(*pushing)
+        self.plan_sent.advance(*pushing)
         return True
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import functools
 import itertools
 import operator
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
@@ -121,6 +121,10 @@ class AllocationCache:
     def __init__(self) -> None:
         self._ids: list[str] = []  # the last plan's intent ids, in order
         self._entries: list[bytes] = []  # the last plan's entries, in order
+        # the last plan's Decisions and intent messages, in order (rows that kept their place
+        # are compared by position, without looking up their id)
+        self._decisions: Sequence[model.Decision] = ()
+        self._messages: list[intent_pb2.ResourceIntent | None] = []
         # per intent id: the Decision and the intent message its entry was built from
         self._decision: dict[str, model.Decision] = {}
         self._intent: dict[str, intent_pb2.ResourceIntent | None] = {}
@@ -130,6 +134,7 @@ class AllocationCache:
         # or different, and the ids that left (WatchPlans deltas)
         self.changed: list[str] = []
         self.removed: list[str] = []
+        self.size = 0  # bytes of the last plan's entries together
         self._shrink = ShrinkWatch()  # the tables are rebuilt after a large shrink
 
     def entries(
@@ -140,13 +145,24 @@ class AllocationCache:
         """One serialized entry per decision, in order; remembers them for the next plan."""
         ids = list(map(_INTENT_ID, decisions))
         messages = list(map(intents.get, ids))
+        k = len(self._ids)
+        layout = ids == self._ids
+        # the same rows, or intents appended (submits): the first k rows are compared by
+        # position with the last plan's, the others are new
+        positional = layout or (len(ids) > k and ids[:k] == self._ids)
+        if positional:
+            before_d: Iterable[object] = self._decisions
+            before_m: Iterable[object] = self._messages
+        else:
+            before_d, before_m = map(self._decision.get, ids), map(self._intent.get, ids)
         same = map(
             operator.and_,
-            map(operator.is_, decisions, map(self._decision.get, ids)),
-            map(operator.is_, messages, map(self._intent.get, ids)),
+            map(operator.is_, decisions, before_d),
+            map(operator.is_, messages, before_m),
         )
         changed = list(itertools.compress(range(len(ids)), map(operator.not_, same)))
-        layout = ids == self._ids
+        if positional:
+            changed.extend(range(k, len(ids)))
         self.changed, self.removed = [], []
         if not changed and layout:
             return self._entries
@@ -159,13 +175,16 @@ class AllocationCache:
             # only a rebuilt row makes a new entry: a steady plan adds nothing long-lived for
             # the garbage collector to walk
             entry = length_delimited(_ALLOCATIONS, alloc.SerializeToString())
-            if entry != self._entry.get(d.intent_id):
+            old = self._entry.get(d.intent_id)
+            if entry != old:
                 self._entry[d.intent_id] = entry
                 self.changed.append(d.intent_id)
+                self.size += len(entry) - (0 if old is None else len(old))
             workers[d.intent_id] = alloc.workers
         if len(self._decision) > len(ids):  # intents left the plan
             self.removed = list(self._decision.keys() - set(ids))
             for intent_id in self.removed:
+                self.size -= len(self._entry[intent_id])
                 del self._decision[intent_id], self._intent[intent_id], self._entry[intent_id]
                 del workers[intent_id]
         if self._shrink.shrunk(len(self._decision)):  # see services/common/memory.py
@@ -178,6 +197,7 @@ class AllocationCache:
         else:
             entries = list(map(self._entry.__getitem__, ids))
         self._ids, self._entries, self.workers = ids, entries, workers
+        self._decisions, self._messages = decisions, messages
         return entries
 
     def changed_entries(self) -> list[bytes]:

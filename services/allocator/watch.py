@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from parfusion.v1 import intent_pb2
-from services.allocator.plans import length_delimited, varint, wire_key
+from services.allocator.plans import length_delimited, node_plan_wire, varint, wire_key
 
 DEFAULT_QUEUE = 16
 
@@ -34,14 +34,17 @@ class PlanChanges:
     header_wire: bytes
     entries: Sequence[bytes]
     removed: Sequence[str]
+    changed: Sequence[str] = ()  # the intent ids of ``entries``, in order
 
 
 @dataclass(frozen=True)
 class PlanSnapshot:
-    """One tick's plans. The NodePlan is held serialized (the loop joins it from the entries
-    it keeps, see plans.AllocationCache) and parsed only when a caller reads it."""
+    """One tick's plans. The NodePlan is held serialized, as its own fields and its entries
+    (the loop keeps them, see plans.AllocationCache), joined when a caller first needs it whole
+    and parsed only when a caller reads it."""
 
-    node_plan_wire: bytes  # the NodePlan, serialized
+    node_header_wire: bytes  # the NodePlan without allocations, serialized
+    node_entries: Sequence[bytes]  # per allocation, a NodePlan holding it, serialized
     gpu_plan: intent_pb2.GpuPlan
     generation: int
     changes: PlanChanges | None = None  # against the tick before; None: only whole plans
@@ -50,7 +53,14 @@ class PlanSnapshot:
     def of(
         cls, node_plan: intent_pb2.NodePlan, gpu_plan: intent_pb2.GpuPlan, generation: int
     ) -> PlanSnapshot:
-        return cls(node_plan.SerializeToString(), gpu_plan, generation)
+        return cls(node_plan.SerializeToString(), (), gpu_plan, generation)
+
+    @functools.cached_property
+    def node_plan_wire(self) -> bytes:
+        """The NodePlan, serialized: joined on first use, by a whole GetPlan reply or a
+        stream's whole plan, so a tick whose readers all take deltas or `unchanged` never
+        copies its 2 MB (at 10,000 intents)."""
+        return node_plan_wire(self.node_header_wire, self.node_entries)
 
     @functools.cached_property
     def node_plan(self) -> intent_pb2.NodePlan:

@@ -49,6 +49,20 @@ class DeltaSender:
         removed = [k for k in held if k not in entries] if gone else []
         return Delta(self.held_generation, changed, removed)
 
+    def diff_since(
+        self,
+        base: int,
+        changed: Iterable[str],
+        removed: Iterable[str],
+        entries: Mapping[str, bytes],
+    ) -> Delta:
+        """The delta to ``entries``, given that they are the state of generation ``base`` with
+        the keys ``changed`` set and ``removed`` gone: those, when the receiver holds exactly
+        ``base`` (nothing compared); else ``diff(entries)``."""
+        if self._held is not None and base and base == self.held_generation:
+            return Delta(base, list(changed), list(removed))
+        return self.diff(entries)
+
     def advance(self, delta: Delta, entries: Mapping[str, bytes], generation: int) -> None:
         """The receiver applied ``delta`` (its changed keys' entries taken from ``entries``)."""
         if self._held is None or not delta.base:

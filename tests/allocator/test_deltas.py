@@ -233,3 +233,43 @@ def test_an_overlapped_tick_leaves_its_push_to_the_next_tick(
         loop.stop()
         server.stop(0)
         backend.stop()
+
+
+class _SlowPullHeldApply(_HeldApply):
+    """A real agent servicer whose telemetry replies after the first come 1.2 s late and whose
+    plans are applied once the test lets it."""
+
+    def __init__(self, backend: Any) -> None:
+        super().__init__(backend)
+        self.pulls = 0
+
+    async def GetNodeTelemetry(self, request: Any, context: Any) -> Any:  # noqa: N802
+        self.pulls += 1
+        if self.pulls > 1:
+            await asyncio.sleep(1.2)
+        return super().GetNodeTelemetry(request, context)
+
+
+def test_a_missed_deadline_leaves_the_other_calls_on_the_channel(tmp_path: Path) -> None:
+    """A pull that missed its deadline reached a live agent: the push in flight beside it (an
+    overlapped tick's pair) is still answered, not cancelled by a fresh channel."""
+    backend = create_backend("modeled", BackendOptions(run_dir=tmp_path / "run"))
+    servicer = _SlowPullHeldApply(backend)
+    server = start_grpc_server(
+        [(nodeagent_pb2_grpc.add_NodeAgentServiceServicer_to_server, servicer, SERVICE_NAME)]
+    )
+    client = NodeAgentClient(server.address)
+    try:
+        assert client.finish_pull(client.start_pull(0.3)) is not None  # in step after this
+        header = intent_pb2.NodePlan(node="node-0", generation=1)
+        push = client.start_push(header, {}, 10.0)
+        assert servicer.arrived.wait(5)
+        assert client.finish_pull(client.start_pull(0.3)) is None  # missed its deadline
+        servicer.release.set()
+        assert client.finish_push(push) is True
+        assert servicer.plan.generation == 1
+    finally:
+        servicer.release.set()
+        client.close()
+        server.stop(0)
+        backend.stop()

@@ -18,7 +18,10 @@ STATES = st.dictionaries(KEYS, st.binary(max_size=3), max_size=8)
 FATES = st.sampled_from(["delivered", "lost", "duplicated", "restart"])
 
 
-def send(sender: DeltaSender, receiver: HeldState, state: dict[str, bytes], gen: int, fate: str):
+def send_whole(
+    sender: DeltaSender, receiver: HeldState, state: dict[str, bytes], gen: int, fate: str
+) -> None:
+    """Send ``state`` as generation ``gen``, the delta found by comparing every entry."""
     delta = sender.diff(state)
     changed = {k: state[k] for k in delta.changed}
     if fate == "restart":
@@ -34,11 +37,46 @@ def send(sender: DeltaSender, receiver: HeldState, state: dict[str, bytes], gen:
         sender.forget()  # resync_required
 
 
+def send_since(
+    sender: DeltaSender,
+    receiver: HeldState,
+    state: dict[str, bytes],
+    gen: int,
+    fate: str,
+    before: dict[str, bytes],
+) -> None:
+    """``send`` as the allocator's loop does it: the changes against the state of the
+    generation before (as its allocation cache knows them) when the receiver holds that one,
+    and the sender's copy advanced by each delta instead of replaced."""
+    changed = [k for k, v in state.items() if before.get(k) != v]
+    removed = [k for k in before if k not in state]
+    delta = sender.diff_since(gen - 1, changed, removed, state)
+    entries = {k: state[k] for k in delta.changed}
+    if fate == "restart":
+        receiver.clear()
+    accepted = False
+    if fate != "lost":
+        accepted = receiver.apply(delta.base, gen, entries, delta.removed)
+        if fate == "duplicated":
+            receiver.apply(delta.base, gen, entries, delta.removed)
+    if fate == "lost" or accepted:
+        sender.advance(delta, state, gen)
+    else:
+        sender.forget()
+
+
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.tuples(STATES, FATES), min_size=1, max_size=12))
-def test_both_sides_agree_whenever_the_receiver_holds_the_generation(steps) -> None:
+@given(st.lists(st.tuples(STATES, FATES), min_size=1, max_size=12), st.booleans())
+def test_both_sides_agree_whenever_the_receiver_holds_the_generation(steps, since) -> None:
     sender, receiver = DeltaSender(), HeldState()
     states: dict[int, dict[str, bytes]] = {0: {}}
+
+    def send(sender, receiver, state, gen, fate):  # noqa: ANN001, ANN202
+        if since:
+            send_since(sender, receiver, state, gen, fate, states[gen - 1])
+        else:
+            send_whole(sender, receiver, state, gen, fate)
+
     for gen, (state, fate) in enumerate(steps, start=1):
         states[gen] = state
         send(sender, receiver, state, gen, fate)
@@ -92,3 +130,18 @@ def test_both_sides_rebuild_their_tables_after_most_keys_left() -> None:
     assert receiver.entries == left and sender.diff(left).removed == []
     most = sys.getsizeof(dict.fromkeys(range(8)))
     assert max(sys.getsizeof(receiver.entries), sys.getsizeof(sender._held)) <= most < peak
+
+
+def test_changes_against_the_held_generation_are_the_delta_as_given() -> None:
+    """diff_since compares nothing when the receiver holds the changes' base (the loop's
+    allocation cache knows them); against any other generation it compares every entry."""
+    sender = DeltaSender()
+    sender.held({"a": b"1", "b": b"2"}, 3)
+    new = {"a": b"1", "b": b"3", "c": b"4"}
+    given = sender.diff_since(3, ["c"], [], new)  # deliberately short: taken as given
+    assert (given.base, given.changed, given.removed) == (3, ["c"], [])
+    other = sender.diff_since(2, ["c"], [], new)  # another base: compared
+    assert (other.base, other.changed, other.removed) == (3, ["b", "c"], [])
+    sender.forget()  # held unknown: the whole state
+    whole = sender.diff_since(3, ["c"], [], new)
+    assert (whole.base, sorted(whole.changed)) == (0, ["a", "b", "c"])
