@@ -14,7 +14,7 @@ import itertools
 import operator
 import threading
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -142,6 +142,11 @@ class DecisionMetrics:
         # per intent id: (name, value) of the calibration gauges
         self._error: dict[str, tuple[str, float]] = {}
         self._correction: dict[str, tuple[str, float]] = {}
+        # the last recorded plan's ids, Decisions and names, in order, while the tables above
+        # hold exactly them (rows that kept their place are compared by position)
+        self._ids: list[str] = []
+        self._decisions: Sequence[model.Decision] = ()
+        self._labels: list[str] = []
         self._shrink = ShrinkWatch()  # the tables are rebuilt after a large shrink
         _LIVE.add(self)
 
@@ -166,11 +171,20 @@ class DecisionMetrics:
         labels = list(map(names.get, ids, ids))
         with self._lock:
             last, named = self._decision, self._name
-            before = list(map(last.get, ids))
+            k = len(self._ids)
+            if ids == self._ids or (len(ids) > k and ids[:k] == self._ids):
+                # the rows kept their place (intents appended after them are new)
+                before = [*self._decisions, *itertools.repeat(None, len(ids) - k)]
+                named_before: Iterable[str | None] = itertools.chain(
+                    self._labels, itertools.repeat(None)
+                )
+            else:
+                before = list(map(last.get, ids))
+                named_before = map(named.get, ids)
             moved = map(
                 operator.or_,
                 map(operator.is_not, decisions, before),
-                map(operator.ne, labels, map(named.get, ids)),
+                map(operator.ne, labels, named_before),
             )
             rows = list(itertools.compress(range(len(ids)), moved))
             if window:
@@ -185,6 +199,7 @@ class DecisionMetrics:
             if len(last) > len(ids):
                 self._drop(last.keys() - set(ids))
             self._compact_if_shrunk()
+            self._ids, self._decisions, self._labels = ids, decisions, labels
 
     def record_prediction_errors(
         self,
@@ -216,6 +231,8 @@ class DecisionMetrics:
         _LIVE.discard(self)
 
     def _drop(self, ids: set[str]) -> None:
+        # the tables no longer hold the last plan's rows
+        self._ids, self._decisions, self._labels = [], (), []
         for table in (self._decision, self._name, self._error, self._correction):
             for intent_id in ids & table.keys():
                 del table[intent_id]

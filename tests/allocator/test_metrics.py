@@ -35,6 +35,32 @@ def test_series_follow_the_decisions() -> None:
     assert _units("n-m-b", "m-b") is None
 
 
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.lists(st.tuples(st.sampled_from("pqrstu"), st.integers(0, 2)), unique_by=lambda r: r[0]),
+        min_size=1,
+        max_size=6,
+    ),
+    st.data(),
+)
+def test_series_are_the_last_plans_however_its_rows_move(plans, data) -> None:
+    """Rows kept in place, appended after the others, moved, dropped or forgotten, with
+    Decision objects reused whenever a row's values are unchanged (as the policies do): the
+    series are always the last plan's."""
+    m = DecisionMetrics()
+    made: dict[tuple[str, int], model.Decision] = {}
+    for plan in plans:
+        if data.draw(st.booleans()):  # an intent deleted between two ticks
+            m.forget([data.draw(st.sampled_from("pqrstu"))])
+        decisions = [made.setdefault(r, model.Decision(f"m-{r[0]}", r[1])) for r in plan]
+        _record(m, *decisions)
+        for key in "pqrstu":
+            expected = dict(plan).get(key)
+            assert _units(f"n-m-{key}", f"m-{key}") == expected
+    m.close()
+
+
 def test_a_forgotten_series_comes_back_with_the_same_decision_object() -> None:
     m = DecisionMetrics()
     a = model.Decision("m-c", 4)
