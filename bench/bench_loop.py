@@ -9,6 +9,8 @@ bench_dmug.py), no peers (telemetry and pushes are the node agent's and gpulane'
   (fed to the loop's predictor directly, untimed: the node agent's telemetry would bring them);
 - `sampled, idle`: ticks after that, with the statistics in place but no new samples;
 - `submit`: the tick right after one more intent is submitted;
+- `25 submits`: the tick right after 25 more (what `bench_system.py`'s 100 SubmitIntent/s
+  bring in one 250 ms period);
 - `delete`: the tick right after one intent is deleted.
 
 Each row gives the median and best tick (wall ms), the policy's own part (NodePlan.decision_ms),
@@ -67,6 +69,9 @@ def make_intent(k: int, rng: random.Random) -> intent_pb2.ResourceIntent:
     return normalize_intent(intent)
 
 
+BURST = 25  # intents submitted before the `25 submits` tick
+
+
 class FullCollections:
     """Counts oldest-generation collections while installed."""
 
@@ -101,10 +106,11 @@ def row(n: int, case: str, ticks: list[tuple[float, float, float]], full: int) -
 def measure(n: int, ticks: int, rounds: int, counter: FullCollections) -> None:
     """Every case for n intents, one table row each (a store in a temporary directory)."""
     rng = random.Random(7)
-    intents = [make_intent(k, rng) for k in range(n + rounds)]
+    extra = rounds * (1 + BURST)  # the submits timed after the n stored
+    intents = [make_intent(k, rng) for k in range(n + extra)]
     with tempfile.TemporaryDirectory(prefix="parfusion-bench-loop-") as tmp:
         # room for the submits after the n stored: the store refuses past its limit
-        store = IntentStore(Path(tmp) / "allocator.db", max_intents=max(n + rounds, 1))
+        store = IntentStore(Path(tmp) / "allocator.db", max_intents=max(n + extra, 1))
         try:
             with concurrent.futures.ThreadPoolExecutor(16) as pool:
                 list(pool.map(store.submit, intents[:n]))  # group-committed
@@ -136,6 +142,13 @@ def measure(n: int, ticks: int, rounds: int, counter: FullCollections) -> None:
             case("samples", ticks, samples)
             case("sampled, idle", ticks)
             case("submit", rounds, lambda k: store.submit(intents[n + k]), True)
+
+            def burst(k: int) -> None:
+                start = n + rounds + k * BURST
+                for intent in intents[start : start + BURST]:
+                    store.submit(intent)
+
+            case(f"{BURST} submits", rounds, burst, True)
             case("delete", rounds, lambda k: store.delete(intents[k].id), True)
             loop.stop()
         finally:
