@@ -17,7 +17,7 @@ from pathlib import Path
 import yaml
 
 from parfusion.services import BY_NAME, SERVICES, address_references, env_key
-from tests.conftest import ROOT, free_port
+from tests.conftest import ROOT, quiet_port
 
 
 def port_overrides(extra: Mapping[str, str] | None = None) -> tuple[dict[str, str], dict[str, int]]:
@@ -27,7 +27,9 @@ def port_overrides(extra: Mapping[str, str] | None = None) -> tuple[dict[str, st
     ports: dict[str, int] = {}
     for spec in SERVICES:
         for default in spec.ports:
-            remap[default] = free_port()
+            # below the ephemeral range: the services bind them a few seconds later, and one
+            # picked from that range can be some outgoing connection's by then
+            remap[default] = quiet_port(frozenset(remap.values()))
         ports[spec.name] = remap[spec.port]
     env: dict[str, str] = {}
     for spec in SERVICES:

@@ -17,8 +17,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def _run(*args: str) -> str:
     done = subprocess.run(
-        [sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=300, check=True
+        [sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=300
     )
+    assert done.returncode == 0, f"{args[0]} exited {done.returncode}:\n{done.stderr[-4000:]}"
     return done.stdout
 
 
