@@ -146,6 +146,8 @@ class RealBackend:
             mount_override=options.cgroup_root,
         )
         self._plan_path = options.run_dir / "nodeagent" / "cgroup-plan.json"
+        # dry-run: the record of what would be written, rewritten at most once a second
+        self._recorder = cgroupfs.PlanRecorder(self._plan_path)
         self._running = threading.Event()
         self._running.set()
         self._arrivals = threading.Thread(target=self._arrival_loop, name="arrivals", daemon=True)
@@ -312,14 +314,16 @@ class RealBackend:
             detection=self.detection,
             groups=groups,
         )
-        if self._writer is not None:
-            owned = self.owned_pids()
-            for g in changed:
-                try:
-                    rec.written.extend(self._writer.apply(g, owned))
-                except (DomainError, OSError) as exc:
-                    rec.errors.append(f"{g.path}: {exc}")
-        cgroupfs.record(rec, self._plan_path)
+        if self._writer is None:
+            self._recorder.record(rec)
+            return
+        owned = self.owned_pids()
+        for g in changed:
+            try:
+                rec.written.extend(self._writer.apply(g, owned))
+            except (DomainError, OSError) as exc:
+                rec.errors.append(f"{g.path}: {exc}")
+        cgroupfs.record(rec, self._plan_path)  # what this plan wrote, with it
 
     def cgroup_plan_path(self) -> str:
         return str(self._plan_path)
@@ -561,6 +565,7 @@ class RealBackend:
 
     def stop(self) -> None:
         self._running.clear()
+        self._recorder.flush()  # the last plan's record, if it was still waiting
         with self._lock:
             runtimes = [*self._intents.values(), *self._stopping]
             self._intents, self._stopping = {}, []

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -84,6 +85,48 @@ def test_dry_run_records_json_and_touches_no_cgroup_file(tmp_path: Path) -> None
     assert doc["mode"] == "dry-run" and doc["generation"] == 5
     assert {"file": "parfusion/w/cpu.weight", "value": "400"} in doc["would_write"]
     assert snapshot(mount) == before
+
+
+def _record_of(generation: int, mount: Path) -> cgroupfs.CgroupRecord:
+    return cgroupfs.CgroupRecord(
+        generation=generation,
+        mode="dry-run",
+        detection=cgroupfs.detect(mount_override=mount),
+        groups=[cgroupfs.plan_group("w", "ONLINE", cpu_weight=100 + generation)],
+    )
+
+
+def test_the_plan_record_is_rewritten_at_most_every_interval(tmp_path: Path) -> None:
+    """The first record is written at once; those within the interval wait, and the latest of
+    them is what a flush (or the interval's end) writes; an older one never replaces a newer."""
+    mount = fake_cgroupfs(tmp_path / "cgroup")
+    path = tmp_path / "run" / "cgroup-plan.json"
+
+    def on_disk() -> int:
+        return int(json.loads(path.read_text())["generation"])
+
+    slow = cgroupfs.PlanRecorder(path, every_s=3600.0)
+    slow.record(_record_of(1, mount))
+    assert on_disk() == 1
+    slow.record(_record_of(2, mount))
+    slow.record(_record_of(3, mount))
+    assert on_disk() == 1  # waiting for the interval
+    slow.flush()
+    assert on_disk() == 3  # the latest waiting one; 2 is never written
+    slow.record(_record_of(2, mount))  # an older plan's record, late
+    slow.flush()
+    assert on_disk() == 3
+    slow.flush()  # nothing waiting: nothing written
+    assert on_disk() == 3
+
+    quick = cgroupfs.PlanRecorder(path, every_s=0.05)
+    quick.record(_record_of(7, mount))
+    quick.record(_record_of(8, mount))  # written by the timer once the interval is up
+    for _ in range(500):
+        if on_disk() == 8:
+            break
+        threading.Event().wait(0.01)
+    assert on_disk() == 8
 
 
 def test_delegated_writer_writes_inside_and_attaches_only_owned(tmp_path: Path) -> None:
