@@ -10,6 +10,7 @@ temporary directory laid out like cgroupfs.
 from __future__ import annotations
 
 import functools
+import logging
 import math
 import os
 import re
@@ -21,6 +22,8 @@ from pathlib import Path
 import msgspec
 
 from services.common.errors import FailedPrecondition, InvalidArgument, PermissionDenied
+
+log = logging.getLogger(__name__)
 
 # Fallback weights when a plan carries none (cgroup v2 default is 100; range 1..10000).
 CLASS_WEIGHTS = {"URGENT": 1000, "ROBOT": 500, "ONLINE": 400, "BATCH": 20}
@@ -200,44 +203,74 @@ def record(record: CgroupRecord, path: Path) -> Path:
 
 class PlanRecorder:
     """Keeps the dry-run plan record on disk without rewriting it for every plan: a record is
-    written at once when the last was written at least ``every_s`` ago, else the latest one
-    waiting is written when that time is up (a timer thread). At 10,000 intents a record is
-    4.6 MB and a plan changes some group nearly every tick; the file then lags the applied plan
-    by at most ``every_s``. ``flush`` writes what is waiting now."""
+    written at once when nothing waits and the last was written at least ``every_s`` ago; else
+    it waits, replacing any waiting one, and one writer thread of the recorder's own writes the
+    latest when that time is up. At 10,000 intents a record is 4.6 MB and a plan changes some
+    group nearly every tick; the file then lags the applied plan by at most ``every_s``.
+    ``flush`` writes what is waiting now; ``close`` also ends the writer thread."""
 
     def __init__(self, path: Path, every_s: float = 1.0) -> None:
         self.path = path
         self.every_s = every_s
-        self._lock = threading.Lock()  # the three fields below
+        self._cond = threading.Condition()  # the fields below, and the writer's wake-up
         self._waiting: CgroupRecord | None = None
-        self._timer: threading.Timer | None = None
         self._written_at = -math.inf  # monotonic
+        self._thread: threading.Thread | None = None
+        self._closed = False
         self._write_lock = threading.Lock()  # one writer of the file at a time
         self._generation = 0  # of the record on disk
 
     def record(self, rec: CgroupRecord) -> None:
-        with self._lock:
-            wait = self._written_at + self.every_s - time.monotonic()
-            if wait > 0 or self._timer is not None:
+        with self._cond:
+            due = self._waiting is None and time.monotonic() - self._written_at >= self.every_s
+            if not due:
                 self._waiting = rec
-                if self._timer is None:
-                    self._timer = threading.Timer(max(wait, 0.0), self.flush)
-                    self._timer.daemon = True
-                    self._timer.start()
+                if self._thread is None and not self._closed:
+                    self._thread = threading.Thread(
+                        target=self._run, name="cgroup-record", daemon=True
+                    )
+                    self._thread.start()
+                self._cond.notify()
                 return
             self._written_at = time.monotonic()
         self._write(rec)
 
+    def _run(self) -> None:
+        with self._cond:
+            while not self._closed:
+                if self._waiting is None:
+                    self._cond.wait()
+                    continue
+                wait = self._written_at + self.every_s - time.monotonic()
+                if wait > 0:
+                    self._cond.wait(wait)
+                    continue
+                rec, self._waiting = self._waiting, None
+                self._written_at = time.monotonic()
+                self._cond.release()
+                try:
+                    self._write(rec)
+                except OSError as exc:  # the writer must outlive a full disk; the next may do
+                    log.warning("cgroup plan record not written", extra={"error": str(exc)})
+                finally:
+                    self._cond.acquire()
+
     def flush(self) -> None:
-        with self._lock:
+        with self._cond:
             rec, self._waiting = self._waiting, None
-            timer, self._timer = self._timer, None
             if rec is not None:
                 self._written_at = time.monotonic()
-        if timer is not None:
-            timer.cancel()  # flushed before it fired: nothing left for it
         if rec is not None:
             self._write(rec)
+
+    def close(self) -> None:
+        self.flush()
+        with self._cond:
+            self._closed = True
+            thread, self._thread = self._thread, None
+            self._cond.notify()
+        if thread is not None:
+            thread.join(5.0)
 
     def _write(self, rec: CgroupRecord) -> None:
         with self._write_lock:

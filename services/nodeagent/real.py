@@ -565,7 +565,7 @@ class RealBackend:
 
     def stop(self) -> None:
         self._running.clear()
-        self._recorder.flush()  # the last plan's record, if it was still waiting
+        self._recorder.close()  # the last plan's record, if it was still waiting
         with self._lock:
             runtimes = [*self._intents.values(), *self._stopping]
             self._intents, self._stopping = {}, []

@@ -121,12 +121,16 @@ def test_the_plan_record_is_rewritten_at_most_every_interval(tmp_path: Path) -> 
 
     quick = cgroupfs.PlanRecorder(path, every_s=0.05)
     quick.record(_record_of(7, mount))
-    quick.record(_record_of(8, mount))  # written by the timer once the interval is up
+    quick.record(_record_of(8, mount))  # written by the recorder's thread when it is due
     for _ in range(500):
         if on_disk() == 8:
             break
         threading.Event().wait(0.01)
     assert on_disk() == 8
+    quick.record(_record_of(9, mount))
+    quick.close()  # what waits is written, and the writer thread ends
+    assert on_disk() == 9
+    slow.close()
 
 
 def test_delegated_writer_writes_inside_and_attaches_only_owned(tmp_path: Path) -> None:
