@@ -1,7 +1,7 @@
 """The node control loop: every tick, intents + telemetry -> active policy -> NodePlan/GpuPlan.
 
 One tick: take the store's intents (re-converted only when the store's version moved), pull
-node and GPU telemetry (about half a tick of deadline each, concurrently), feed the predictor
+node and GPU telemetry (concurrently, each with a deadline), feed the predictor
 with the service times the node agent observed, build the NodeState (capacity, lanes,
 contention, disturbance, staleness), run the active policy, publish the plans to GetPlan and
 WatchPlans subscribers, and push them to the node agent and gpulane. The loop's own ticks

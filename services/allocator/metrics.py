@@ -26,6 +26,7 @@ from prometheus_client.utils import floatToGoString
 from services.common.grpc_server import TEXT_SECTIONS
 from services.common.memory import ShrinkWatch
 from services.core import model
+from services.core.memo import appended_to
 from services.core.stability import PlanChanges, plan_changes
 
 DECISION_SECONDS = Histogram(
@@ -172,7 +173,7 @@ class DecisionMetrics:
         with self._lock:
             last, named = self._decision, self._name
             k = len(self._ids)
-            if ids == self._ids or (len(ids) > k and ids[:k] == self._ids):
+            if ids == self._ids or appended_to(self._ids, ids):
                 # the rows kept their place (intents appended after them are new)
                 before = [*self._decisions, *itertools.repeat(None, len(ids) - k)]
                 named_before: Iterable[str | None] = itertools.chain(

@@ -1,8 +1,11 @@
 """The allocator's clients of the node agent and gpulane: one pull and one push per tick each.
 
-Every call carries a deadline (about half a tick) and is started as a future so the node and
-GPU calls overlap. A peer that fails is logged once when it goes down and once when it comes
-back, never once per tick, and never stops the loop: the channel reconnects by itself.
+Every call carries a deadline (half a tick when the tick waits for it, a whole one when the
+loop's tick leaves it running while it sleeps) and is started as a future so the node and GPU
+calls overlap. A peer that fails is logged once when it goes down and once when it comes back,
+never once per tick, its failures are counted by status code
+(parfusion_allocator_peer_call_failures_total), and it never stops the loop: after a failure
+other than a missed deadline the channel is replaced, so a restarted peer is found at once.
 
 The node agent gets plans, and sends telemetry, as deltas against a generation both sides hold
 (services.common.delta): a plan carries the allocations whose serialized entry changed since the

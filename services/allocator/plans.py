@@ -29,6 +29,7 @@ from services.common.memory import ShrinkWatch
 from services.core import model
 from services.core.convert import DEGRADATION_TO_PROTO, STATE_TO_PROTO
 from services.core.cpuset import format_cpuset
+from services.core.memo import appended_to
 
 
 def length_delimited(field_number: int, payload: bytes) -> bytes:
@@ -149,7 +150,7 @@ class AllocationCache:
         layout = ids == self._ids
         # the same rows, or intents appended (submits): the first k rows are compared by
         # position with the last plan's, the others are new
-        positional = layout or (len(ids) > k and ids[:k] == self._ids)
+        positional = layout or appended_to(self._ids, ids)
         if positional:
             before_d: Iterable[object] = self._decisions
             before_m: Iterable[object] = self._messages

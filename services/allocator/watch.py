@@ -34,7 +34,7 @@ class PlanChanges:
     header_wire: bytes
     entries: Sequence[bytes]
     removed: Sequence[str]
-    changed: Sequence[str] = ()  # the intent ids of ``entries``, in order
+    changed: Sequence[str]  # the intent ids of ``entries``, in order
 
 
 @dataclass(frozen=True)

@@ -75,12 +75,6 @@ class DeltaSender:
             self._held = dict(self._held)
         self.held_generation = generation
 
-    def held(self, entries: Mapping[str, bytes], generation: int) -> None:
-        """The receiver now holds exactly ``entries`` at ``generation``."""
-        self._held = dict(entries)
-        self._shrink.shrunk(len(self._held))  # the watch sees every size: a new peak here
-        self.held_generation = generation
-
     def forget(self) -> None:
         """Unknown what the receiver holds (a failed call, a resync asked): send everything."""
         self._held = None

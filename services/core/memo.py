@@ -104,6 +104,13 @@ def changed_rows(n: int, new: Mapping[str, Column], old: Mapping[str, Column]) -
     return changed
 
 
+def appended_to(old_ids: Sequence[str], new_ids: Sequence[str]) -> bool:
+    """Whether ``new_ids`` are ``old_ids`` with others after them (submits append): every old
+    row keeps its place."""
+    k = len(old_ids)
+    return len(new_ids) > k and new_ids[:k] == old_ids
+
+
 def row_map(old_ids: Sequence[str], new_ids: Sequence[str]) -> np.ndarray | None:
     """Per new row, the old row of the same intent id (-1: a new intent); None when the ids are
     the same sequence (rows align as they are)."""
@@ -115,7 +122,7 @@ def _row_map(old_ids: Sequence[str], new_ids: Sequence[str]) -> tuple[np.ndarray
     if old_ids is new_ids or old_ids == new_ids:
         return None, False
     k = len(old_ids)
-    if len(new_ids) > k and new_ids[:k] == old_ids:  # intents appended (submits): no lookups
+    if appended_to(old_ids, new_ids):  # no lookups
         src = np.full(len(new_ids), -1, np.int64)
         src[:k] = np.arange(k)
         return src, True

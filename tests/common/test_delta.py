@@ -18,39 +18,23 @@ STATES = st.dictionaries(KEYS, st.binary(max_size=3), max_size=8)
 FATES = st.sampled_from(["delivered", "lost", "duplicated", "restart"])
 
 
-def send_whole(
-    sender: DeltaSender, receiver: HeldState, state: dict[str, bytes], gen: int, fate: str
-) -> None:
-    """Send ``state`` as generation ``gen``, the delta found by comparing every entry."""
-    delta = sender.diff(state)
-    changed = {k: state[k] for k in delta.changed}
-    if fate == "restart":
-        receiver.clear()
-    accepted = False
-    if fate != "lost":
-        accepted = receiver.apply(delta.base, gen, changed, delta.removed)
-        if fate == "duplicated":
-            receiver.apply(delta.base, gen, changed, delta.removed)
-    if fate == "lost" or accepted:
-        sender.held(state, gen)  # a lost reply: the sender guesses it was applied
-    else:
-        sender.forget()  # resync_required
-
-
-def send_since(
+def send(
     sender: DeltaSender,
     receiver: HeldState,
     state: dict[str, bytes],
     gen: int,
     fate: str,
-    before: dict[str, bytes],
+    before: dict[str, bytes] | None = None,
 ) -> None:
-    """``send`` as the allocator's loop does it: the changes against the state of the
-    generation before (as its allocation cache knows them) when the receiver holds that one,
-    and the sender's copy advanced by each delta instead of replaced."""
-    changed = [k for k, v in state.items() if before.get(k) != v]
-    removed = [k for k in before if k not in state]
-    delta = sender.diff_since(gen - 1, changed, removed, state)
+    """Send ``state`` as generation ``gen``: the delta found by comparing every entry, or with
+    ``before`` (the state of the generation before) as the allocator's loop does it, from the
+    changes its allocation cache knows, used as they are when the receiver holds that one."""
+    if before is None:
+        delta = sender.diff(state)
+    else:
+        changed = [k for k, v in state.items() if before.get(k) != v]
+        removed = [k for k in before if k not in state]
+        delta = sender.diff_since(gen - 1, changed, removed, state)
     entries = {k: state[k] for k in delta.changed}
     if fate == "restart":
         receiver.clear()
@@ -60,9 +44,9 @@ def send_since(
         if fate == "duplicated":
             receiver.apply(delta.base, gen, entries, delta.removed)
     if fate == "lost" or accepted:
-        sender.advance(delta, state, gen)
+        sender.advance(delta, state, gen)  # a lost reply: the sender guesses it was applied
     else:
-        sender.forget()
+        sender.forget()  # resync_required
 
 
 @settings(max_examples=300, deadline=None)
@@ -71,22 +55,16 @@ def test_both_sides_agree_whenever_the_receiver_holds_the_generation(steps, sinc
     sender, receiver = DeltaSender(), HeldState()
     states: dict[int, dict[str, bytes]] = {0: {}}
 
-    def send(sender, receiver, state, gen, fate):  # noqa: ANN001, ANN202
-        if since:
-            send_since(sender, receiver, state, gen, fate, states[gen - 1])
-        else:
-            send_whole(sender, receiver, state, gen, fate)
-
     for gen, (state, fate) in enumerate(steps, start=1):
         states[gen] = state
-        send(sender, receiver, state, gen, fate)
+        send(sender, receiver, state, gen, fate, states[gen - 1] if since else None)
         # whatever generation the receiver holds, it holds that generation's state exactly
         assert receiver.entries == states[receiver.generation]
     # and two clean rounds later both sides agree on the newest state, lost or not before
     last = len(steps) + 1
     for gen in (last, last + 1):
         states[gen] = steps[-1][0]
-        send(sender, receiver, steps[-1][0], gen, "delivered")
+        send(sender, receiver, steps[-1][0], gen, "delivered", states[gen - 1] if since else None)
     assert receiver.generation == last + 1
     assert receiver.entries == steps[-1][0]
 
@@ -97,7 +75,7 @@ def test_a_delta_carries_only_what_changed() -> None:
     first = sender.diff(state)
     assert first.base == 0 and len(first.changed) == 1000
     assert receiver.apply(0, 1, {k: state[k] for k in first.changed}, first.removed)
-    sender.held(state, 1)
+    sender.advance(first, state, 1)
     state = dict(state)
     state["i3"] = b"new"
     del state["i7"]
@@ -119,7 +97,7 @@ def test_a_delta_against_another_generation_changes_nothing() -> None:
 def test_both_sides_rebuild_their_tables_after_most_keys_left() -> None:
     sender, receiver = DeltaSender(), HeldState()
     full = {f"k{i}": b"x" for i in range(2000)}
-    sender.held(full, 1)
+    sender.advance(sender.diff(full), full, 1)
     receiver.apply(0, 1, full, [])
     peak = sys.getsizeof(receiver.entries)
     left = {"k7": b"x"}
@@ -136,7 +114,8 @@ def test_changes_against_the_held_generation_are_the_delta_as_given() -> None:
     """diff_since compares nothing when the receiver holds the changes' base (the loop's
     allocation cache knows them); against any other generation it compares every entry."""
     sender = DeltaSender()
-    sender.held({"a": b"1", "b": b"2"}, 3)
+    held = {"a": b"1", "b": b"2"}
+    sender.advance(sender.diff(held), held, 3)
     new = {"a": b"1", "b": b"3", "c": b"4"}
     given = sender.diff_since(3, ["c"], [], new)  # deliberately short: taken as given
     assert (given.base, given.changed, given.removed) == (3, ["c"], [])
