@@ -28,6 +28,7 @@ arenas or free blocks in CPython's arenas with nothing alive behind them.
 from __future__ import annotations
 
 import argparse
+import array
 import contextlib
 import ctypes
 import ctypes.util
@@ -226,32 +227,48 @@ def survivors(top: int) -> list[str]:
 
 class Collections:
     """Garbage collections while installed (gc.callbacks): per generation, how many, and the
-    total and longest pause in ms (the collector holds the interpreter lock throughout)."""
+    total and longest pause in ms (the collector holds the interpreter lock throughout).
+
+    Recorded into buffers made up front: a Python float or list entry made per collection
+    would be a long-lived object allocated during the churn, one of the very objects that
+    keep CPython's arenas of the peak from being returned, and the reading would measure the
+    harness."""
+
+    LIMIT = 65536  # collections recorded per generation; later ones are counted, not timed
 
     def __init__(self) -> None:
-        self.pauses: dict[int, list[float]] = {0: [], 1: [], 2: []}
-        self.full_at: list[str] = []  # seconds since installed: ms, of each oldest-generation one
-        self._installed = time.perf_counter()
-        self._started = 0.0
+        self._clock = array.array("d", [0.0, 0.0])  # installed, started
+        self._clock[0] = time.perf_counter()
+        self._count = array.array("q", [0, 0, 0])
+        # pause ms per generation; the oldest generation's start offsets beside its pauses
+        self._pauses = [array.array("d", bytes(8 * self.LIMIT)) for _ in range(3)]
+        self._full_start = array.array("d", bytes(8 * self.LIMIT))
 
     def __call__(self, phase: str, info: dict[str, int]) -> None:
         if phase == "start":
-            self._started = time.perf_counter()
-        else:
-            ms = (time.perf_counter() - self._started) * 1e3
-            self.pauses[info["generation"]].append(ms)
-            if info["generation"] == 2:
-                self.full_at.append(f"{self._started - self._installed:.1f} s: {ms:.0f} ms")
+            self._clock[1] = time.perf_counter()
+            return
+        generation = info["generation"]
+        n = self._count[generation]
+        self._count[generation] = n + 1
+        if n < self.LIMIT:
+            self._pauses[generation][n] = (time.perf_counter() - self._clock[1]) * 1e3
+            if generation == 2:
+                self._full_start[n] = self._clock[1] - self._clock[0]
 
     def summary(self) -> dict[str, Any]:
-        return {
-            **{
-                f"gen{g}": f"{len(p)} collections, {sum(p):.0f} ms in all, longest {max(p):.1f} ms"
-                for g, p in self.pauses.items()
-                if p
-            },
-            "gen2_at": self.full_at,
-        }
+        out: dict[str, Any] = {}
+        for g in range(3):
+            p = self._pauses[g][: min(self._count[g], self.LIMIT)]
+            if p:
+                out[f"gen{g}"] = (
+                    f"{self._count[g]} collections, {sum(p):.0f} ms in all, longest {max(p):.1f} ms"
+                )
+        out["gen2_at"] = [
+            f"{self._full_start[i]:.1f} s: {self._pauses[2][i]:.0f} ms"
+            for i in range(min(self._count[2], self.LIMIT))
+        ]
+        return out
 
 
 def rss_by_mapping() -> dict[str, float]:
