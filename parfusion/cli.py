@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -83,6 +84,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(run(ns) or 0)
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # the reader left (`parfusion intents | head`): no traceback; stdout is pointed at
+        # /dev/null so the interpreter's own flush at exit does not raise again
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # what a shell reports for a writer killed by SIGPIPE
 
 
 if __name__ == "__main__":

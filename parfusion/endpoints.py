@@ -53,11 +53,13 @@ class Endpoint:
 
 
 def endpoint(spec: ServiceSpec, env: Mapping[str, str] | None = None) -> Endpoint:
-    """The service's endpoint; a config that cannot be read falls back to the table's defaults."""
+    """The service's endpoint; a config that cannot be read falls back to the table's defaults,
+    moved by the same PARFUSION_* variables (a command must not dial another stack's port)."""
     try:
         settings = build_settings(spec.name, env=env)
     except ConfigError:
-        return Endpoint(spec, "127.0.0.1", spec.port, spec.metrics_port)
+        table = {"port": spec.port, "metrics_port": spec.metrics_port}
+        settings = build_settings(spec.name, env=env, document={spec.name: table})
     metrics = settings.metrics_port if spec.metrics_port is not None else None
     return Endpoint(spec, settings.host, settings.port or spec.port, metrics or spec.metrics_port)
 

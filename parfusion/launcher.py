@@ -23,7 +23,7 @@ from typing import Any
 from parfusion.endpoints import endpoint, peer_environment
 from parfusion.healthcheck import check_grpc, check_http
 from parfusion.services import SERVICES, ServiceSpec, available_services
-from services.common.config import project_home
+from services.common.config import ConfigError, load_config, project_home
 
 PR_SET_PDEATHSIG = 1
 STATE_FILE = "launcher.json"
@@ -174,12 +174,17 @@ def _alive(pid: int) -> bool:
 
 def up(args: argparse.Namespace) -> int:
     home = project_home()
-    (home / "run").mkdir(parents=True, exist_ok=True)
+    try:
+        load_config()  # every service reads it: one clear line now, not a usage error each
+    except ConfigError as exc:
+        print(f"parfusion up: {exc}", file=sys.stderr)
+        return 2
     try:
         specs = _select(args.only)
     except ValueError as exc:
         print(exc, file=sys.stderr)
         return 2
+    (home / "run").mkdir(parents=True, exist_ok=True)
     previous = {
         n: int(pid) for n, pid in _read_state(home).get("pids", {}).items() if _alive(int(pid))
     }

@@ -24,7 +24,7 @@ from services.allocator.kubestatus import KubeSync, start_kube_sync
 from services.allocator.loop import ControlLoop, LoopConfig
 from services.allocator.store import DEFAULT_MAX_INTENTS, IntentStore, StoreUnusable
 from services.allocator.watch import END, PlanSnapshot, ReplyCache
-from services.common.config import ServiceSettings, parse_service_args, resolve_path
+from services.common.config import ServiceSettings, parse_service_args, resolve_input
 from services.common.errors import InvalidArgument
 from services.common.grpc_server import (
     Registration,
@@ -292,7 +292,7 @@ def seed_intents(store: IntentStore, settings: ServiceSettings) -> int:
     if len(store):
         store.set_meta("seeded", "skipped: store not empty")
         return 0
-    directory = resolve_path(
+    directory = resolve_input(
         settings.get_str("intents_dir", "")
         or str(settings.document.get("demo_intents") or "configs/intents")
     )

@@ -2,7 +2,10 @@
 
 Parsed once in each service's ``main()``. Relative paths resolve against the project home
 (``PARFUSION_HOME``, default the working directory) so runtime files stay under run/, logs/,
-results/ of the checkout or container.
+results/ of the checkout or container. What the services read (configs/demo.yaml,
+configs/model.yaml, the demo intents) comes from the home when it has its own copy, else from
+the checkout the code runs from: a fresh directory as PARFUSION_HOME holds a second stack's
+runtime files with the shipped configuration.
 """
 
 from __future__ import annotations
@@ -32,13 +35,31 @@ class ConfigError(ValueError):
     """A configuration key is missing or has the wrong type; the message names the key."""
 
 
+# the checkout (or image) this code runs from
+CODE_HOME = Path(__file__).resolve().parents[2]
+
+
 def project_home() -> Path:
     return Path(os.environ.get("PARFUSION_HOME") or os.getcwd()).resolve()
 
 
+def resolve_input(value: str | os.PathLike[str]) -> Path:
+    """A file or directory the services read: absolute as given; relative, under the project
+    home when it is there, else under CODE_HOME when it is there (else the home's path, which
+    the caller reports as missing)."""
+    p = Path(value)
+    if p.is_absolute():
+        return p
+    own = project_home() / p
+    if own.exists():
+        return own
+    shipped = CODE_HOME / p
+    return shipped if shipped.exists() else own
+
+
 def default_config_path() -> Path:
     explicit = os.environ.get("PARFUSION_CONFIG")
-    return Path(explicit) if explicit else project_home() / "configs" / "demo.yaml"
+    return Path(explicit) if explicit else resolve_input("configs/demo.yaml")
 
 
 def load_config(path: str | os.PathLike[str] | None = None) -> dict[str, Any]:
@@ -164,11 +185,13 @@ def build_settings(
     config_path: str | os.PathLike[str] | None = None,
     overrides: Mapping[str, Any] | None = None,
     env: Mapping[str, str] | None = None,
+    document: Mapping[str, Any] | None = None,
 ) -> ServiceSettings:
-    """Settings for one service. ``overrides`` (CLI flags, tests) win over env, env over YAML."""
+    """Settings for one service. ``overrides`` (CLI flags, tests) win over env, env over YAML;
+    ``document`` stands for the YAML when given (the file is then not read)."""
     env = os.environ if env is None else env
     path = Path(config_path) if config_path else default_config_path()
-    doc = load_config(path)
+    doc = dict(document) if document is not None else load_config(path)
     common = dict(doc.get("common") or {})
     for var, key in GLOBAL_ENV.items():
         if var in env:

@@ -28,7 +28,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
-from services.common.config import ServiceSettings, parse_service_args, resolve_path
+from services.common.config import ServiceSettings, parse_service_args, resolve_input
 from services.common.http import (
     SecurityHeadersMiddleware,
     healthz_route,
@@ -98,7 +98,7 @@ def demo_config(settings: ServiceSettings) -> DemoConfig:
         disturbance_network=settings.get_float("demo_disturbance_network", 0.4),
         urgent_deadline_ms=settings.get_float("demo_urgent_deadline_ms", 300.0),
         urgent_work=settings.get_int("demo_urgent_work", 6),
-        intents_path=resolve_path(str(intents)) if intents else None,
+        intents_path=resolve_input(str(intents)) if intents else None,
     )
 
 

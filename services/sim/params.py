@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from services.common.config import ConfigError, project_home
+from services.common.config import ConfigError, resolve_input
 
 LEVELS = ("NORMAL", "FP16", "INT8")
 CLASSES = ("ONLINE", "BATCH", "ROBOT", "URGENT")
@@ -70,7 +70,7 @@ class ModelParams:
 
 def default_model_path() -> Path:
     explicit = os.environ.get("PARFUSION_MODEL_CONFIG")
-    return Path(explicit) if explicit else project_home() / "configs" / "model.yaml"
+    return Path(explicit) if explicit else resolve_input("configs/model.yaml")
 
 
 def _number(section: Mapping[str, Any], key: str, where: str, lo: float, hi: float) -> float:

@@ -6,7 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from services.common.config import ConfigError, build_settings
+from services.common.config import (
+    CODE_HOME,
+    ConfigError,
+    build_settings,
+    default_config_path,
+    resolve_input,
+)
+from services.sim.params import default_model_path
 
 
 def test_defaults_from_demo_yaml(home: Path) -> None:
@@ -44,3 +51,31 @@ def test_bad_values_name_the_key(home: Path, tmp_path: Path) -> None:
         build_settings("allocator", config_path=tmp_path / "missing.yaml", env={})
     with pytest.raises(ConfigError, match="allocator.tick_ms"):
         build_settings("allocator", env={}, overrides={"tick_ms": "x"}).get_int("tick_ms")
+
+
+def test_a_fresh_home_reads_the_shipped_configuration(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A second stack's PARFUSION_HOME holds its runtime files only: what the services read
+    comes from the checkout until the home has its own copy; an explicit file is never
+    replaced."""
+    monkeypatch.setenv("PARFUSION_HOME", str(tmp_path))
+    monkeypatch.delenv("PARFUSION_CONFIG", raising=False)
+    monkeypatch.delenv("PARFUSION_MODEL_CONFIG", raising=False)
+    shipped = CODE_HOME / "configs"
+    assert default_config_path() == shipped / "demo.yaml"
+    assert default_model_path() == shipped / "model.yaml"
+    assert resolve_input("configs/intents") == shipped / "intents"
+    s = build_settings("allocator", env={})
+    assert s.port == 50051 and s.run_dir == tmp_path / "run"  # written under the home
+
+    (tmp_path / "configs").mkdir()
+    (tmp_path / "configs" / "demo.yaml").write_text("allocator:\n  port: 6001\n")
+    assert build_settings("allocator", env={}).port == 6001  # the home's own copy wins
+    assert resolve_input("configs/intents") == shipped / "intents"  # per file
+    assert resolve_input("configs/nothing") == tmp_path / "configs" / "nothing"  # named as missing
+    assert resolve_input(tmp_path / "x") == tmp_path / "x"
+
+    monkeypatch.setenv("PARFUSION_CONFIG", str(tmp_path / "missing.yaml"))
+    with pytest.raises(ConfigError, match="missing.yaml"):
+        build_settings("allocator", env={})

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import yaml
 
 from parfusion.endpoints import address_of, endpoint, endpoints, peer_environment
@@ -55,6 +56,22 @@ def test_host_is_dialled_unless_it_is_a_wildcard(home: Path) -> None:
     only = peer_environment({"PARFUSION_NODEAGENT_HOST": "::1"})
     assert set(only) == _refs_to("nodeagent")
     assert only["PARFUSION_ALLOCATOR_NODEAGENT_ADDRESS"] == "[::1]:50052"
+
+
+def test_an_unreadable_config_still_follows_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The table's defaults then, moved by the same variables: a command must never dial the
+    default port of another stack while its own was moved."""
+    monkeypatch.setenv("PARFUSION_CONFIG", str(tmp_path / "missing.yaml"))
+    env = {
+        "PARFUSION_ALLOCATOR_PORT": "51051",
+        "PARFUSION_HOST": "10.1.2.3",
+        "PARFUSION_GPULANE_METRICS_PORT": "29103",
+    }
+    assert address_of("allocator", env) == "10.1.2.3:51051"
+    assert endpoint(BY_NAME["gpulane"], env).ports == (50053, 29103)
+    assert address_of("bridge", {}) == "http://127.0.0.1:18083"
 
 
 def test_metrics_ports_follow_their_settings(home: Path) -> None:

@@ -121,13 +121,58 @@ def test_unknown_service_is_a_clear_error(home: Path) -> None:
     assert done.returncode == 2 and "unknown service(s): nosuch" in done.stderr
 
 
+def test_an_unreadable_config_stops_up_before_anything_starts(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "parfusion.cli", "up", "--detach"],
+        cwd=tmp_path,
+        env={
+            **os.environ,
+            "PARFUSION_HOME": str(tmp_path),
+            "PARFUSION_CONFIG": str(tmp_path / "missing.yaml"),
+        },
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode == 2
+    assert done.stderr.strip() == (
+        f"parfusion up: cannot read config {tmp_path / 'missing.yaml'}: No such file or directory"
+    )
+    assert not (tmp_path / "run").exists()  # nothing started, nothing recorded
+
+
+def test_a_reader_that_leaves_early_gets_no_traceback(tmp_path: Path) -> None:
+    """`parfusion status | head -1`: the pipe's reader is gone before the command writes."""
+    read, write = os.pipe()
+    os.close(read)
+    env_overrides, _ = port_overrides()  # nothing listens there: every row is DOWN at once
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "parfusion.cli", "status"],
+            cwd=tmp_path,
+            env={**os.environ, "PARFUSION_HOME": str(tmp_path), **env_overrides},
+            stdout=write,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        os.close(write)
+    assert done.returncode == 141 and done.stderr == ""
+
+
 def test_healthy_follows_port_override(monkeypatch: pytest.MonkeyPatch, home: Path) -> None:
     monkeypatch.setenv("PARFUSION_GPULANE_PORT", "1")
     assert healthy(BY_NAME["gpulane"], timeout=0.2) is False
 
 
-def test_ports_move_together_end_to_end(home: Path) -> None:
-    """Only PARFUSION_<SERVICE>_PORT / _METRICS_PORT are set: peers and the CLI follow them."""
+def test_ports_move_together_end_to_end(tmp_path: Path) -> None:
+    """A second stack as the README starts it: every PARFUSION_<SERVICE>_PORT / _METRICS_PORT
+    moved and a fresh PARFUSION_HOME of its own (no configs/ in it). Peers and the CLI follow
+    the ports; the shipped configuration and demo intents are read, runtime files written
+    under the new home only."""
+    home = tmp_path / "second"
+    home.mkdir()
     names = ["allocator", "nodeagent", "bridge"]
     env = {k: v for k, v in os.environ.items() if not k.startswith("PARFUSION_")}
     env["PARFUSION_HOME"] = str(home)
@@ -142,7 +187,9 @@ def test_ports_move_together_end_to_end(home: Path) -> None:
         stack.start(names)
         plan = _wait_for(stack, ("plan",), "telemetry fresh")
         assert "policy parfusion" in plan
-        assert stack._parfusion("intents").returncode == 0
+        listed = stack._parfusion("intents")
+        assert listed.returncode == 0 and "demo-online-inference" in listed.stdout
+        assert (home / "run" / "allocator.db").exists() and not (home / "configs").exists()
         state = httpx.get(f"{stack.address('bridge')}/api/state", timeout=5).json()
         assert state["allocator"]["address"] == f"127.0.0.1:{ports['allocator']}"
         metrics = httpx.get(
