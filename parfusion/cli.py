@@ -85,10 +85,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
-        # the reader left (`parfusion intents | head`): no traceback; stdout is pointed at
-        # /dev/null so the interpreter's own flush at exit does not raise again
+        # the reader left (`parfusion intents | head -1`), which is not a failure: no traceback,
+        # and stdout pointed at /dev/null so the interpreter's flush at exit cannot raise again
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 141  # what a shell reports for a writer killed by SIGPIPE
+        return 0
 
 
 if __name__ == "__main__":

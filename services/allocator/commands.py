@@ -10,7 +10,6 @@ bad intent file, 3 when the allocator cannot be reached.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -60,9 +59,6 @@ def _call(
     try:
         with channel(ns.address or address_of("allocator")) as ch:
             return fn(allocator_pb2_grpc.AllocatorServiceStub(ch))
-    except BrokenPipeError:  # output piped into `head` and the like
-        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - keep interpreter exit quiet
-        return 0
     except grpc.RpcError as exc:
         code = exc.code()  # type: ignore[attr-defined]
         sys.stderr.write(f"error: {code.name}: {exc.details()}\n")  # type: ignore[attr-defined]
