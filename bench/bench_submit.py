@@ -44,7 +44,7 @@ EMPTY_METHOD = "/parfusion.bench.Empty/Ping"
 EMPTY_IN_POOL_METHOD = "/parfusion.bench.Empty/PingInPool"
 
 
-def serve(port: int, synchronous: str, with_loop: bool) -> None:
+def serve(port: int, synchronous: str, with_loop: bool, max_intents: int) -> None:
     from services.allocator.server import build_allocator
     from services.common.config import build_settings
     from services.common.grpc_server import start_grpc_server
@@ -57,6 +57,9 @@ def serve(port: int, synchronous: str, with_loop: bool) -> None:
             "nodeagent_address": "",
             "gpulane_address": "",
             "db_synchronous": synchronous,
+            # room for every request the harness built: a submit refused at the store's limit
+            # would be a fast error counted in the rate
+            "max_intents": max_intents,
         },
     )
     registrations, hooks, handle = build_allocator(settings, start_loop=with_loop)
@@ -237,9 +240,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (default 5)")
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     parser.add_argument("--serve", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--max-intents", type=int, default=0, help=argparse.SUPPRESS)
     ns = parser.parse_args(argv)
     if ns.serve is not None:
-        serve(ns.serve, ns.synchronous, ns.with_loop)
+        serve(ns.serve, ns.synchronous, ns.with_loop, ns.max_intents)
         return 0
     with tempfile.TemporaryDirectory(prefix="parfusion-bench-") as home:
         (Path(home) / "configs").symlink_to(ROOT / "configs")
@@ -252,9 +256,11 @@ def main(argv: list[str] | None = None) -> int:
             ),
         }
         env.pop("PARFUSION_API_TOKEN", None)
-        cmd = [sys.executable, __file__, "--serve", "0", "--synchronous", ns.synchronous] + (
-            ["--with-loop"] if ns.with_loop else []
-        )
+        per_worker = int(ns.max_rate * (ns.seconds + ns.warmup) / ns.concurrency) + 1
+        cmd = [
+            sys.executable, __file__, "--serve", "0", "--synchronous", ns.synchronous,
+            "--max-intents", str(per_worker * ns.concurrency),
+        ] + (["--with-loop"] if ns.with_loop else [])  # fmt: skip
         server = subprocess.Popen(cmd, cwd=home, env=env, stdout=subprocess.PIPE, text=True)
         try:
             line = server.stdout.readline().split() if server.stdout else []
@@ -277,7 +283,6 @@ def main(argv: list[str] | None = None) -> int:
                 # Interleaved rounds: the machine's background load drifts, so each method
                 # is measured in alternating slices rather than one long block each.
                 slice_s = ns.seconds / ns.rounds
-                per_worker = int(ns.max_rate * (ns.seconds + ns.warmup) / ns.concurrency) + 1
                 make_submit = submit_requests("run", ns.concurrency, per_worker)
                 drive(empty, lambda k, i: b"", ns.warmup, ns.concurrency)
                 drive(empty_in_pool, lambda k, i: b"", ns.warmup, ns.concurrency)

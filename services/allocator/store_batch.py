@@ -229,12 +229,13 @@ def answer(batch: list[Op]) -> None:
             by_loop.setdefault(op.loop, []).append(op)
     for loop, ops in by_loop.items():
         try:
-            loop.call_soon_threadsafe(_resolve, ops)
+            loop.call_soon_threadsafe(resolve, ops)
         except RuntimeError:  # that loop is closed: nobody is waiting any more
             pass
 
 
-def _resolve(ops: list[Op]) -> None:
+def resolve(ops: list[Op]) -> None:
+    """Answer asyncio callers, on their loop."""
     for op in ops:
         future = op.future
         if future is None or future.done():  # the caller was cancelled meanwhile

@@ -8,12 +8,15 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from parfusion.v1 import intent_pb2
+from services.allocator import store as store_module
 from services.allocator.store import IntentStore
 from services.allocator.store_batch import Op
+from services.allocator.store_batch import execute as real_execute
 from services.common.errors import AlreadyExists, FailedPrecondition, NotFound, Unavailable
 from services.core.validation import normalize_intent
 
@@ -234,7 +237,17 @@ def test_seq_is_never_reused_after_deleting_the_newest(tmp_path: Path) -> None:
         s2.close()
 
 
-def test_async_callers_are_answered_on_their_loop(store: IntentStore) -> None:
+def test_async_callers_are_answered_on_their_loop(
+    store: IntentStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    threads: list[int] = []
+
+    def execute(db: sqlite3.Connection, statements: Any) -> None:
+        threads.append(threading.get_ident())  # which thread commits (the real execute runs)
+        real_execute(db, statements)
+
+    monkeypatch.setattr(store_module, "execute", execute)
+
     async def main() -> tuple[list[bool], intent_pb2.ResourceIntent, Exception]:
         stored = await asyncio.gather(
             *(store.submit_async(intent(f"svc-{k}", f"svc-{k}")) for k in range(50))
@@ -246,11 +259,34 @@ def test_async_callers_are_answered_on_their_loop(store: IntentStore) -> None:
             return [r.already_existed for r in stored], gone, exc
         raise AssertionError("deleting twice succeeded")
 
+    commits = store.commits
     existed, gone, missing = asyncio.run(main())
     assert existed == [False] * 50 and gone.id == "svc-0"
     assert missing.field == "id"
     assert len(store) == 49
-    assert store.committed_ops == 52 and store.commits < 52  # gathered submits share commits
+    # committed on the loop, a group per pass: the 50 gathered submits together, then each delete
+    assert store.committed_ops == 52 and store.commits == commits + 3
+    assert threads and set(threads) == {threading.get_ident()}  # asyncio.run's loop: this thread
+
+
+def test_close_commits_what_an_event_loop_has_queued(tmp_path: Path) -> None:
+    """A change queued for the loop's next pass when the store closes is committed by close()
+    and answered, never dropped."""
+    s = IntentStore(tmp_path / "a.db")
+
+    async def main() -> intent_pb2.ResourceIntent:
+        task = asyncio.ensure_future(s.submit_async(intent("queued", "queued")))
+        await asyncio.sleep(0)  # the submit ran to its wait: queued for the next pass
+        assert not task.done()
+        s.close()
+        return (await task).intent
+
+    assert asyncio.run(main()).id == "queued"
+    reopened = IntentStore(tmp_path / "a.db")
+    try:
+        assert reopened.get("queued").name == "queued"
+    finally:
+        reopened.close()
 
 
 def test_writes_after_close_are_refused(tmp_path: Path) -> None:
