@@ -294,11 +294,16 @@ class IntentStore:
         return await op.future
 
     def _commit_on_loop(self, loop: asyncio.AbstractEventLoop) -> None:
-        """One pass's changes from `loop`'s callers, committed and answered on that loop."""
+        """`loop`'s callers' changes queued so far, committed and answered on that loop, at
+        most MAX_BATCH a pass: the rest (and what comes meanwhile) waits for the next pass, so a
+        burst of thousands does not hold the loop from its other calls for all its commits."""
         with self._wake:
             ops = self._loop_ops.pop(loop, [])
-        for start in range(0, len(ops), MAX_BATCH):
-            self._commit_group(ops[start : start + MAX_BATCH])
+            if len(ops) > MAX_BATCH:
+                self._loop_ops[loop] = ops[MAX_BATCH:]
+                loop.call_soon(self._commit_on_loop, loop)
+                ops = ops[:MAX_BATCH]
+        self._commit_group(ops)
         resolve(ops)
 
     def _commit_group(self, batch: list[Op]) -> None:

@@ -14,8 +14,8 @@ import pytest
 
 from parfusion.v1 import intent_pb2
 from services.allocator import store as store_module
-from services.allocator.store import IntentStore
-from services.allocator.store_batch import Op
+from services.allocator.store import MAX_BATCH, IntentStore
+from services.allocator.store_batch import Op, SubmitResult
 from services.allocator.store_batch import execute as real_execute
 from services.common.errors import AlreadyExists, FailedPrecondition, NotFound, Unavailable
 from services.core.validation import normalize_intent
@@ -267,6 +267,36 @@ def test_async_callers_are_answered_on_their_loop(
     # committed on the loop, a group per pass: the 50 gathered submits together, then each delete
     assert store.committed_ops == 52 and store.commits == commits + 3
     assert threads and set(threads) == {threading.get_ident()}  # asyncio.run's loop: this thread
+
+
+def test_a_burst_on_one_loop_commits_in_groups_with_the_loop_running_between(
+    store: IntentStore,
+) -> None:
+    """600 submits queued in one pass: committed MAX_BATCH at a time, and the loop's other work
+    (here a coroutine that looks at the store every pass) runs between the groups."""
+    seen: list[int] = []
+
+    async def main() -> list[SubmitResult]:
+        done = asyncio.Event()
+
+        async def look() -> None:
+            while not done.is_set():
+                seen.append(store.committed_ops - base)
+                await asyncio.sleep(0)
+
+        watcher = asyncio.ensure_future(look())
+        stored = await asyncio.gather(
+            *(store.submit_async(intent(f"b-{k}", f"b-{k}")) for k in range(600))
+        )
+        done.set()
+        await watcher
+        return stored
+
+    base, commits = store.committed_ops, store.commits
+    stored = asyncio.run(main())
+    assert [r.intent.id for r in stored] == [f"b-{k}" for k in range(600)]
+    assert store.commits == commits + 3 and len(store) == 600  # 256 + 256 + 88
+    assert {MAX_BATCH, 2 * MAX_BATCH} <= set(seen)  # looked at between the groups
 
 
 def test_close_commits_what_an_event_loop_has_queued(tmp_path: Path) -> None:
