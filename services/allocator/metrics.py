@@ -39,6 +39,16 @@ STORE_SKIPPED_ROWS = Counter(
     "parfusion_store_skipped_rows_total",
     "Intent rows the store could not read at start-up and left out (logged with their id)",
 )
+STORE_COMMIT_SECONDS = Histogram(
+    "parfusion_store_commit_duration_seconds",
+    "Wall time of one group commit of intent changes: its SQLite statements and the mirror",
+    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0),
+)
+STORE_GROUP_CHANGES = Histogram(
+    "parfusion_store_commit_group_changes",
+    "Changes (submits, deletes) committed together in one group",
+    buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256),
+)
 DEGRADATIONS = Counter(
     "parfusion_dmug_degradations_total",
     "Intents planned below NORMAL precision, per tick",

@@ -39,7 +39,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 from parfusion.v1 import intent_pb2
-from services.allocator.metrics import STORE_SKIPPED_ROWS
+from services.allocator.metrics import (
+    STORE_COMMIT_SECONDS,
+    STORE_GROUP_CHANGES,
+    STORE_SKIPPED_ROWS,
+)
 from services.allocator.store_batch import (
     Changes,
     Op,
@@ -313,12 +317,15 @@ class IntentStore:
                 for op in batch:
                     op.settle(FailedPrecondition("intent store is closed"), True)
                 return
+            started = time.perf_counter()
             try:
                 self._commit(batch)
             except BaseException as exc:  # never leave a caller waiting
                 log.exception("intent store commit failed", extra={"batch": len(batch)})
                 for op in batch:
                     op.settle(exc, True)
+            STORE_COMMIT_SECONDS.observe(time.perf_counter() - started)
+            STORE_GROUP_CHANGES.observe(len(batch))
 
     def _write_loop(self) -> None:
         """The writer thread: commit everything queued, answer its callers, repeat; on close,

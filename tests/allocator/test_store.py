@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client import REGISTRY
 
 from parfusion.v1 import intent_pb2
 from services.allocator import store as store_module
@@ -260,6 +261,9 @@ def test_async_callers_are_answered_on_their_loop(
         raise AssertionError("deleting twice succeeded")
 
     commits = store.commits
+    groups_before = _sample("parfusion_store_commit_group_changes_count")
+    changes_before = _sample("parfusion_store_commit_group_changes_sum")
+    timed_before = _sample("parfusion_store_commit_duration_seconds_count")
     existed, gone, missing = asyncio.run(main())
     assert existed == [False] * 50 and gone.id == "svc-0"
     assert missing.field == "id"
@@ -267,6 +271,14 @@ def test_async_callers_are_answered_on_their_loop(
     # committed on the loop, a group per pass: the 50 gathered submits together, then each delete
     assert store.committed_ops == 52 and store.commits == commits + 3
     assert threads and set(threads) == {threading.get_ident()}  # asyncio.run's loop: this thread
+    # what an operator sees: each group's size and commit time
+    assert _sample("parfusion_store_commit_group_changes_count") == groups_before + 3
+    assert _sample("parfusion_store_commit_group_changes_sum") == changes_before + 52
+    assert _sample("parfusion_store_commit_duration_seconds_count") == timed_before + 3
+
+
+def _sample(name: str) -> float:
+    return REGISTRY.get_sample_value(name) or 0.0
 
 
 def test_a_burst_on_one_loop_commits_in_groups_with_the_loop_running_between(
