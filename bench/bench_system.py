@@ -489,7 +489,11 @@ def measure(stack: Any, home: Path, intents: list[Any], args: argparse.Namespace
     rss_end = rss_mb(procs)
     channel.close()
 
-    ticks = after["parfusion_allocator_ticks_total"] - before["parfusion_allocator_ticks_total"]
+    # from the tick histogram itself, like its buckets: the ticks counter moves mid-tick and the
+    # histogram at its end, so a scrape between the two would count a tick in one and not the
+    # other (ticks over 250 ms came out as -1 then)
+    count = f"{TICK_HISTOGRAM}_count"
+    ticks = after[count] - before[count]
 
     def per_tick(peer: str, direction: str) -> float:
         key = f'parfusion_allocator_peer_bytes_total{{direction="{direction}",peer="{peer}"}}'
