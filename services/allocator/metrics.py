@@ -26,7 +26,7 @@ from prometheus_client.utils import floatToGoString
 from services.common.grpc_server import TEXT_SECTIONS
 from services.common.memory import ShrinkWatch
 from services.core import model
-from services.core.memo import appended_to
+from services.core.memo import previous_rows
 from services.core.stability import PlanChanges, plan_changes
 
 DECISION_SECONDS = Histogram(
@@ -182,16 +182,8 @@ class DecisionMetrics:
         labels = list(map(names.get, ids, ids))
         with self._lock:
             last, named = self._decision, self._name
-            k = len(self._ids)
-            if ids == self._ids or appended_to(self._ids, ids):
-                # the rows kept their place (intents appended after them are new)
-                before = [*self._decisions, *itertools.repeat(None, len(ids) - k)]
-                named_before: Iterable[str | None] = itertools.chain(
-                    self._labels, itertools.repeat(None)
-                )
-            else:
-                before = list(map(last.get, ids))
-                named_before = map(named.get, ids)
+            before = list(previous_rows(self._ids, ids, self._decisions, last.get))
+            named_before = previous_rows(self._ids, ids, self._labels, named.get)
             moved = map(
                 operator.or_,
                 map(operator.is_not, decisions, before),

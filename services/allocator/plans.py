@@ -20,7 +20,7 @@ from __future__ import annotations
 import functools
 import itertools
 import operator
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
@@ -29,7 +29,7 @@ from services.common.memory import ShrinkWatch
 from services.core import model
 from services.core.convert import DEGRADATION_TO_PROTO, STATE_TO_PROTO
 from services.core.cpuset import format_cpuset
-from services.core.memo import appended_to
+from services.core.memo import previous_rows
 
 
 def length_delimited(field_number: int, payload: bytes) -> bytes:
@@ -146,24 +146,22 @@ class AllocationCache:
         """One serialized entry per decision, in order; remembers them for the next plan."""
         ids = list(map(_INTENT_ID, decisions))
         messages = list(map(intents.get, ids))
-        k = len(self._ids)
         layout = ids == self._ids
-        # the same rows, or intents appended (submits): the first k rows are compared by
-        # position with the last plan's, the others are new
-        positional = layout or appended_to(self._ids, ids)
-        if positional:
-            before_d: Iterable[object] = self._decisions
-            before_m: Iterable[object] = self._messages
-        else:
-            before_d, before_m = map(self._decision.get, ids), map(self._intent.get, ids)
+        # a new row has no Decision before it (None), so it is never the same
         same = map(
             operator.and_,
-            map(operator.is_, decisions, before_d),
-            map(operator.is_, messages, before_m),
+            map(
+                operator.is_,
+                decisions,
+                previous_rows(self._ids, ids, self._decisions, self._decision.get),
+            ),
+            map(
+                operator.is_,
+                messages,
+                previous_rows(self._ids, ids, self._messages, self._intent.get),
+            ),
         )
         changed = list(itertools.compress(range(len(ids)), map(operator.not_, same)))
-        if positional:
-            changed.extend(range(k, len(ids)))
         self.changed, self.removed = [], []
         if not changed and layout:
             return self._entries

@@ -256,12 +256,12 @@ class IntentStore:
             if self._closing:
                 return
             self._closing = True
+            # what a loop queued for a pass it has not had since: the writer drains it too
+            for ops in self._loop_ops.values():
+                self._ops.extend(ops)
+            self._loop_ops = {}
             self._wake.notify()
-            waiting, self._loop_ops = self._loop_ops, {}
         self._writer.join()
-        for ops in waiting.values():  # their loop had no pass since: committed here
-            self._commit_group(ops)
-            answer(ops)
         with self._commit_lock:
             self._closed = True
             with self._db_lock:

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import itertools
 import operator
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -109,6 +109,23 @@ def appended_to(old_ids: Sequence[str], new_ids: Sequence[str]) -> bool:
     row keeps its place."""
     k = len(old_ids)
     return len(new_ids) > k and new_ids[:k] == old_ids
+
+
+_Row = TypeVar("_Row")
+
+
+def previous_rows(
+    old_ids: Sequence[str],
+    new_ids: Sequence[str],
+    old_rows: Sequence[_Row],
+    by_id: Callable[[str], _Row | None],
+) -> Iterator[_Row | None]:
+    """Per new id, its row of the last call (``old_rows``, in ``old_ids``' order): by position
+    while the old rows kept their place, with None for rows appended after them (no lookups);
+    else looked up with ``by_id`` (None: a new id)."""
+    if new_ids == old_ids or appended_to(old_ids, new_ids):
+        return itertools.chain(old_rows, itertools.repeat(None, len(new_ids) - len(old_ids)))
+    return map(by_id, new_ids)
 
 
 def row_map(old_ids: Sequence[str], new_ids: Sequence[str]) -> np.ndarray | None:
