@@ -15,13 +15,15 @@ plan. Then, after a settle time, this process reports against its state before t
 - the size of the loop's and the servicer's long-lived containers and of every Prometheus
   metric's children;
 - with `--trace`, what is still allocated since the submits, by line (tracemalloc: Python
-  objects only, not protobuf's upb arenas nor gRPC's core).
+  objects only, not protobuf's upb arenas nor gRPC's core);
+- with `--arenas`, per CPython arena: its used blocks, the reachable objects in it by type and
+  the containers that refer to them (what keeps an otherwise empty arena mapped).
 
 Retention (objects still referenced) shows as types and containers that grew and traced
 blocks still alive; fragmentation (freed but not returned) shows as free bytes in glibc's
 arenas or free blocks in CPython's arenas with nothing alive behind them.
 
-    .venv/bin/python bench/bench_memory.py --intents 10000 [--trace] [--settle 5]
+    .venv/bin/python bench/bench_memory.py --intents 10000 [--trace] [--arenas] [--settle 5]
     .venv/bin/python bench/bench_memory.py --serve nodeagent   # the node agent instead
 """
 
@@ -29,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import array
+import bisect
 import contextlib
 import ctypes
 import ctypes.util
@@ -225,6 +228,132 @@ def survivors(top: int) -> list[str]:
     return lines
 
 
+# CPython 3.11's object allocator on 64-bit: 16 KiB pools in 1 MiB arenas, blocks up to 512
+# bytes; a pool's header starts with its count of used blocks, and its arena's index at 32.
+POOL_BITS = 14
+SMALL_REQUEST = 512
+
+
+def mappings() -> tuple[list[int], list[int]]:
+    """This process's mapped address ranges, sorted: their starts and their ends."""
+    starts: list[int] = []
+    ends: list[int] = []
+    for line in Path("/proc/self/maps").read_text().splitlines():
+        low, high = line.split(maxsplit=1)[0].split("-")
+        starts.append(int(low, 16))
+        ends.append(int(high, 16))
+    return starts, ends
+
+
+def pinned_arenas(top: int) -> list[str]:
+    """Which of CPython's arenas hold few live blocks, what sits in them and what holds it.
+    Every object reachable from the collector's (tracked containers, then everything they
+    refer to) is mapped to its pool by address; the pool's header gives the arena index and
+    the pool's used blocks. An arena that holds a handful of blocks stays mapped for them:
+    those objects, and the containers that refer to them, are what pins it. The walk's own
+    ints (an address per object seen) land in the same pools: they are not counted, and
+    their blocks are taken off the pools' counts. With tracemalloc on, objects made since
+    tracing began are counted apart ("new")."""
+    seen: set[int] = set()
+    pools: dict[int, list[int]] = {}  # pool address -> [arena index, used blocks]
+    found: dict[int, Counter[str]] = {}
+    holders: dict[int, Counter[str]] = {}
+    new: Counter[int] = Counter()
+    examples: dict[int, list[str]] = {}
+    shown: dict[str, str] = {}  # a holder that is a dict: its first keys
+    tracing = tracemalloc.is_tracing()
+    # the objects still to visit and who referred to each, as two lists: a tuple per entry
+    # would fill the free blocks of the very pools being counted
+    objects: list[Any] = []
+    parents: list[Any] = []
+    for own in (seen, pools, found, holders, new, examples, shown, objects, parents):
+        seen.add(id(own))
+    objects += gc.get_objects()
+    parents += [None] * len(objects)
+
+    # a block from another allocator, rounded down to a pool, can fall outside any mapping:
+    # read a header only where the memory is mapped (bisect.bisect of the mappings' starts)
+    starts, ends = mappings()
+
+    def pool_of(address: int, size: int) -> list[int] | None:
+        pool = address & ~((1 << POOL_BITS) - 1)
+        entry = pools.get(pool)
+        if entry is None:
+            at = bisect.bisect(starts, pool) - 1
+            if at < 0 or pool + 40 > ends[at]:
+                return None
+            index = ctypes.c_uint.from_address(pool + 32).value
+            size_index = ctypes.c_uint.from_address(pool + 36).value
+            # statically allocated objects (3.11's deep-frozen modules) and glibc's blocks
+            # have no pool header: a size class that does not fit the object says so
+            if index > 4096 or size_index != (size - 1) >> 4:
+                return None
+            entry = pools[pool] = [index, ctypes.c_uint.from_address(pool).value]
+        return entry
+
+    while objects:
+        obj, parent = objects.pop(), parents.pop()
+        address = id(obj)
+        if address in seen:
+            continue
+        seen.add(address)
+        children = gc.get_referents(obj)
+        objects += children
+        parents += [obj] * len(children)
+        kind = type(obj)
+        # the object's own block: a dict's or list's table is another allocation
+        size = sys.getsizeof(obj) if kind.__itemsize__ else kind.__basicsize__
+        size += 16 if gc.is_tracked(obj) and not kind.__itemsize__ else 0
+        if size > SMALL_REQUEST or isinstance(obj, type):
+            continue
+        entry = pool_of(address - (16 if gc.is_tracked(obj) else 0), size)
+        if entry is None:
+            continue
+        index = entry[0]
+        found.setdefault(index, Counter())[kind.__qualname__] += 1
+        if parent is not None:
+            try:
+                length = str(len(parent))
+            except TypeError:
+                length = "-"
+            label = f"{type(parent).__qualname__}[{length}] at {id(parent):x}"
+            holders.setdefault(index, Counter())[label] += 1
+            if label not in shown and isinstance(parent, dict):
+                shown[label] = ", ".join(repr(k)[:30] for k in list(parent)[:4])
+        if tracing and tracemalloc.get_object_traceback(obj) is not None:
+            new[index] += 1
+        if len(examples.setdefault(index, [])) < 3:
+            examples[index].append(f"{kind.__qualname__}: {repr(obj)[:80]}")
+    # the walk's own ints: the addresses in `seen` and the pools' keys
+    int_size = sys.getsizeof(2**40)
+    for value in [*seen, *pools]:
+        entry = pools.get(id(value) & ~((1 << POOL_BITS) - 1))
+        if entry is not None and int_size <= SMALL_REQUEST:
+            entry[1] -= 1
+    blocks: Counter[int] = Counter()
+    pool_count: Counter[int] = Counter()
+    for index, used in pools.values():
+        blocks[index] += used
+        pool_count[index] += 1
+    lines = [
+        f"{len(seen)} objects reachable, in {len(found)} arenas; by arena index: used blocks in "
+        "the pools seen (the walk's own taken off), objects found (new since tracing), their "
+        "types and the containers that refer to them:"
+    ]
+    for index in sorted(blocks):
+        kinds = ", ".join(f"{n} {k}" for k, n in found[index].most_common(5))
+        lines.append(
+            f"  arena {index:4d}: {blocks[index]:6d} blocks in {pool_count[index]:3d} pools; "
+            f"{sum(found[index].values())} objects ({new[index]} new): {kinds}"
+        )
+        if blocks[index] < top * 40:
+            lines += [f"      {e}" for e in examples[index]]
+            for holder, count in holders[index].most_common(4):
+                keys = f" (keys {shown[holder]})" if holder in shown else ""
+                lines.append(f"      held by {holder}: {count}{keys}")
+    return lines
+
+
 class Collections:
     """Garbage collections while installed (gc.callbacks): per generation, how many, and the
     total and longest pause in ms (the collector holds the interpreter lock throughout).
@@ -377,7 +506,7 @@ def measure(
     after = state(held, args.walk)
     types_after = type_counts()
     other_after = other.memory_info().rss / 2**20
-    traced: list[str] = []
+    traced: list[str] = pinned_arenas(args.top) if args.arenas else []
     if args.trace:
         traced += survivors(args.top)
         snapshot = tracemalloc.take_snapshot().filter_traces(
@@ -428,6 +557,7 @@ def main() -> None:
     )
     parser.add_argument("--settle", type=float, default=5.0, help="seconds before each reading")
     parser.add_argument("--trace", action="store_true", help="tracemalloc from the submits on")
+    parser.add_argument("--arenas", action="store_true", help="what sits in the emptiest arenas")
     parser.add_argument("--walk", action="store_true", help="find large containers by path")
     parser.add_argument("--trace-frames", type=int, default=6)
     parser.add_argument("--top", type=int, default=25, help="traced lines reported")

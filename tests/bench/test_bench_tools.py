@@ -158,3 +158,23 @@ def test_bench_dashboard_reads_every_panel_of_a_real_stack(tmp_path: Path) -> No
     requests = row["requests"]
     assert set(requests) >= {"/", "/partials/allocator", "/partials/latency"}
     assert all(r["max_bytes"] > 0 and r["median_ms"] > 0 for r in requests.values())
+
+
+def test_pinned_arenas_names_the_few_objects_that_keep_an_arena_mapped() -> None:
+    # 200,000 two-tuples take a dozen fresh arenas; keeping one in 10,000 leaves each of those
+    # arenas mapped for a block or two, which the report must show with the list holding them
+    script = (
+        "import sys; sys.path.insert(0, '.')\n"
+        "from bench.bench_memory import pinned_arenas\n"
+        "made = [(i, -i) for i in range(200_000)]\n"
+        "kept = made[::10_000]\n"
+        "del made\n"
+        "print('\\n'.join(pinned_arenas(25)))\n"
+    )
+    out = _run("-c", script)
+    rows = re.findall(r"^  arena +\d+: +(\d+) blocks in +\d+ pools; (\d+) objects", out, re.M)
+    assert rows, out
+    held = re.findall(r"held by list\[20\] at [0-9a-f]+: (\d+)", out)
+    # the kept tuples sit in arenas of their own, each nearly empty
+    assert sum(map(int, held)) >= 10, out
+    assert min(int(blocks) for blocks, _ in rows) < 50, out
