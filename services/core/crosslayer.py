@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from services.core.cpuset import format_cpuset
+from services.core.deadline import MAX_LEVEL_BACKOFF, level_state
 from services.core.formulas import cpu_pressure
 from services.core.memo import Column, LastDecisions, TickMemo, changed_from
 from services.core.model import (
@@ -30,6 +31,7 @@ from services.core.model import (
 )
 from services.core.outcome import (
     ADMITTED,
+    HELD_DEGRADED,
     SHORT,
     STATE_NAMES,
     UNREACHABLE,
@@ -354,6 +356,13 @@ def decide(
         or np.count_nonzero(plan.outcome == SHORT)
     )
     why = reasons(table, plan, policy, state.config.light_load_cores, memo)
+    level_backoff, level_raised = level_state(table, plan.level, state.tick, state.config)
+    backing_off = ((plan.outcome == HELD_DEGRADED) & (level_backoff > 0)).nonzero()[0]
+    for i in backing_off.tolist():
+        tries = int(level_backoff[i])
+        wait = state.config.hysteresis_dwell_ticks << min(tries, MAX_LEVEL_BACKOFF)
+        failed = "a step up failed" if tries == 1 else f"{tries} step-ups failed in a row"
+        why[i] += f"; {failed}: the next after {wait} ticks at this level"
     shared_work = plan.shared
     extra = np.zeros(n, dtype=np.int64)
 
@@ -453,6 +462,8 @@ def decide(
         since_tick=since,
         level_since_tick=level_since,
         workers=units + extra,
+        level_backoff=level_backoff,
+        level_raised=level_raised,
     )
     degraded = int(np.count_nonzero((plan.level > 0) & running))
     return PlanResult(

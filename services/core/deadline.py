@@ -25,6 +25,9 @@ from services.core.outcome import (
 from services.core.table import IntentTable
 
 LEVEL_MARGIN = 0.1  # a lighter level must meet (1 - margin) x deadline before it is taken back
+# a step up that failed (left again for a deeper level while on probation) doubles the dwell
+# before the next one, up to dwell x 2**4 (80 s with the default 5 s dwell)
+MAX_LEVEL_BACKOFF = 4
 _AT_AND_BELOW = np.array([[0], [1]])  # p - this: the rows p and p - 1
 
 
@@ -122,6 +125,45 @@ def walk_ladder(
     return p_need, meets, lvl
 
 
+def probe_ticks(config: DmugConfig) -> int:
+    """How long a step up is on probation: left for a deeper level within this many ticks of
+    being taken, it failed. Four dwells (20 s by default): the node's latency window (the
+    agent's last 10 s) must fill with the new level's requests, and queues that build at the
+    lighter level show in the tail only after that."""
+    return 4 * config.hysteresis_dwell_ticks
+
+
+def step_up_dwell(table: IntentTable, rows: np.ndarray, config: DmugConfig) -> np.ndarray:
+    """Ticks at the current level before these rows may step up: the dwell, doubled for each
+    step up that failed in a row."""
+    backoff = np.minimum(table.prev_level_backoff[rows], MAX_LEVEL_BACKOFF)
+    return np.asarray(config.hysteresis_dwell_ticks << backoff)
+
+
+def level_state(
+    table: IntentTable, level: np.ndarray, tick: int, config: DmugConfig
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's ``Decision.level_backoff`` and ``level_raised`` once this tick's levels are
+    chosen. A step up left for a deeper level while on probation failed: the backoff grows by
+    one (at most MAX_LEVEL_BACKOFF). One that held through its probation succeeded: the backoff
+    falls by one (not to 0: where the lighter level holds for a while and then fails again, the
+    failures still lengthen the wait). Without this, a lighter level that the model predicts to
+    meet but the node does not would be tried again after every dwell, a change of level every
+    few seconds."""
+    has = table.has_prev
+    backoff = np.where(has, table.prev_level_backoff, 0)
+    raised = has & table.prev_level_raised
+    on_probation = raised & (tick - table.prev_level_since < probe_ticks(config))
+    deeper = has & (level > table.prev_level)
+    lighter = has & (level < table.prev_level)
+    held = ~(deeper | lighter)
+    backoff = np.where(deeper & on_probation, np.minimum(backoff + 1, MAX_LEVEL_BACKOFF), backoff)
+    passed = held & raised & ~on_probation  # counted once: raised is cleared with it
+    backoff = np.where(passed, np.maximum(backoff - 1, 0), backoff)
+    raised = np.where(lighter, True, np.where(deeper | passed, False, raised))
+    return backoff, raised
+
+
 def hold_levels(
     table: IntentTable,
     dl: np.ndarray,
@@ -135,9 +177,10 @@ def hold_levels(
     """Hysteresis on the degradation level (in place, over the deadline rows dl).
 
     A deeper level than last tick's is taken at once (the deadline is at risk). A lighter one is
-    taken only one step at a time, after dwell ticks at the current level, and only when that
-    step meets (1 - LEVEL_MARGIN) x deadline; otherwise the previous level is held. This keeps a
-    level from flapping on every tick around the point where the lighter level just meets.
+    taken only one step at a time, after dwell ticks at the current level (doubled for each
+    failed step up, ``step_up_dwell``), and only when that step meets (1 - LEVEL_MARGIN) x
+    deadline; otherwise the previous level is held. This keeps a level from flapping on every
+    tick around the point where the lighter level just meets.
     """
     prev = table.prev_level[dl]
     allowed = table.ladder[dl]
@@ -145,7 +188,8 @@ def hold_levels(
     lighter = (meets & (prev > lvl) & (table.cls[dl] == ONLINE)).nonzero()[0]
     if lighter.size == 0:
         return
-    dwelt = (tick - table.prev_level_since[dl[lighter]]) >= config.hysteresis_dwell_ticks
+    rows = dl[lighter]
+    dwelt = (tick - table.prev_level_since[rows]) >= step_up_dwell(table, rows, config)
     # one step: the deepest allowed level below the previous one (at least the one that meets)
     step = lvl[lighter].copy()
     for candidate in (1, 0):

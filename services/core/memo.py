@@ -26,6 +26,10 @@ from services.core.columns import (
 from services.core.model import Decision, IntentSpec
 
 Column = np.ndarray | Sequence[Any]
+# a plan's hysteresis state per row: units, since_tick, level_since_tick, level index,
+# level_backoff, level_raised (LastDecisions.tick_columns)
+TickColumns = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+_TICK_FIELDS = ("units", "since_tick", "level_since_tick", "level_backoff", "level_raised")
 
 
 @dataclass(frozen=True)
@@ -42,18 +46,18 @@ class LastDecisions:
         ids: Sequence[str] = self.columns["intent_id"]  # type: ignore[assignment]
         return ids
 
-    def tick_columns(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """units, since_tick, level_since_tick and level index of these Decisions, as int64."""
-        names = ("units", "since_tick", "level_since_tick")
-        cols = [np.asarray(self.columns[name], dtype=np.int64).view() for name in names]
-        cols.append(np.asarray(self.level, dtype=np.int64).view())
+    def tick_columns(self) -> TickColumns:
+        """units, since_tick, level_since_tick, level index, level_backoff and level_raised of
+        these Decisions, as int64."""
+        cols = [np.asarray(self.columns[name], dtype=np.int64).view() for name in _TICK_FIELDS]
+        cols.insert(3, np.asarray(self.level, dtype=np.int64).view())
         for col in cols:
             col.flags.writeable = False  # views of what last tick's Decisions were built from
-        return cols[0], cols[1], cols[2], cols[3]
+        return cols[0], cols[1], cols[2], cols[3], cols[4], cols[5]
 
     def tick_columns_of(
         self, previous: Sequence[Decision], missing: Decision
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+    ) -> TickColumns | None:
         """``tick_columns`` for `previous` (one Decision per row) when it is exactly this tick's
         Decisions, possibly followed by rows without one (`missing`: intents appended since, as
         every tick under a stream of submits has), whose columns are 0; else None."""
@@ -68,13 +72,8 @@ class LastDecisions:
         ):
             return None
         zeros = np.zeros(n - k, dtype=np.int64)
-        units, since, level_since, level = self.tick_columns()
-        return (
-            np.concatenate((units, zeros)),
-            np.concatenate((since, zeros)),
-            np.concatenate((level_since, zeros)),
-            np.concatenate((level, zeros)),
-        )
+        a, b, c, d, e, f = (np.concatenate((col, zeros)) for col in self.tick_columns())
+        return a, b, c, d, e, f
 
 
 def changed_rows(n: int, new: Mapping[str, Column], old: Mapping[str, Column]) -> np.ndarray:

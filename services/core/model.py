@@ -151,6 +151,10 @@ class Decision(msgspec.Struct, frozen=True):
     # processes the pool runs; -1: one per unit. Light deadline work runs workers without
     # holding units; preemptible batch adds idle-time workers (SCHED_IDLE) on shared cores
     workers: int = -1
+    # step-ups of the degradation level that failed in a row (a lighter level left for a deeper
+    # one within its probe window): the next step up waits dwell x 2**level_backoff ticks
+    level_backoff: int = 0
+    level_raised: bool = False  # the level was taken by a step up still on probation
 
     @property
     def pool_size(self) -> int:

@@ -34,7 +34,9 @@ from services.core.model import (
 
 LEVEL_INDEX = {name: i for i, name in enumerate(DEGRADATION_ORDER)}
 
-_PREVIOUS_GETTER = operator.attrgetter("units", "since_tick", "level_since_tick")
+_PREVIOUS_GETTER = operator.attrgetter(
+    "units", "since_tick", "level_since_tick", "level_backoff", "level_raised"
+)
 _LEVEL_GETTER = operator.attrgetter("degradation")
 _NO_PREVIOUS = Decision("", 0)  # stands in for "no previous decision" (units 0, NORMAL)
 
@@ -69,6 +71,8 @@ class IntentTable:
     level_factor: np.ndarray  # (3,) latency multiplier per degradation level
     prev_level: np.ndarray  # previous decision's degradation level (index), 0 if none
     prev_level_since: np.ndarray  # tick at which that level was taken
+    prev_level_backoff: np.ndarray  # its failed step-ups in a row (Decision.level_backoff)
+    prev_level_raised: np.ndarray  # bool: that level was taken by a step up
     stream_hint: np.ndarray  # the specs' gpu_stream_priority_hint
     concurrency: np.ndarray  # the specs' gpu_concurrency (0: the default)
     previous: list[Decision] | None = None  # previous decision per row (_NO_PREVIOUS if none)
@@ -161,11 +165,11 @@ def build_table(
         if kept is not None:
             # the previous plan is the one this policy built last tick (and intents appended
             # since): its columns are at hand
-            prev_units, prev_since, prev_level_since, prev_level = kept
+            prev_units, prev_since, prev_level_since, prev_level, prev_backoff, raised = kept
         else:
             flat = itertools.chain.from_iterable(map(_PREVIOUS_GETTER, prevs))
-            prev_units, prev_since, prev_level_since = (
-                np.fromiter(flat, np.int64, 3 * n).reshape(n, 3).T.copy()
+            prev_units, prev_since, prev_level_since, prev_backoff, raised = (
+                np.fromiter(flat, np.int64, 5 * n).reshape(n, 5).T.copy()
             )
             levels = map(LEVEL_INDEX.get, map(_LEVEL_GETTER, prevs), itertools.repeat(0))
             prev_level = np.fromiter(levels, np.int64, n)
@@ -175,6 +179,8 @@ def build_table(
         has_prev = np.zeros(n, dtype=bool)
         prev_level = np.zeros(n, dtype=np.int64)
         prev_level_since = np.zeros(n, dtype=np.int64)
+        prev_backoff = np.zeros(n, dtype=np.int64)
+        raised = np.zeros(n, dtype=np.int64)
     speed = state.config.degradation_speedup
     return IntentTable(
         specs=specs,
@@ -203,6 +209,8 @@ def build_table(
         level_factor=np.array([float(speed.get(lvl, 1.0)) for lvl in DEGRADATION_ORDER]),
         prev_level=prev_level,
         prev_level_since=prev_level_since,
+        prev_level_backoff=prev_backoff,
+        prev_level_raised=raised.astype(bool),
         stream_hint=columns.stream_hint,
         concurrency=columns.concurrency,
         previous=prevs,

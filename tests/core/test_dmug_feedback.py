@@ -4,6 +4,7 @@ deadline work."""
 
 from __future__ import annotations
 
+from services.core.deadline import probe_ticks
 from services.core.dmug import DmugOptions
 from services.core.formulas import amdahl_speedup, observation_factor
 from services.core.model import (
@@ -142,6 +143,77 @@ def test_a_lighter_level_without_margin_is_not_taken_back():
         .decisions[0]
     )
     assert d3.degradation == "INT8"
+
+
+def test_a_step_up_that_keeps_failing_is_tried_less_and_less_often():
+    # the model says FP16 takes 0.6 of NORMAL's time, this node needs 0.75: from INT8's samples
+    # FP16 is predicted at 19.5 ms (meets 23 ms with the margin), once taken it runs 24.4 ms.
+    # The node reports the service time of its last window, normalised to NORMAL by the level's
+    # model factor, as the agent's telemetry does
+    spec = online("web", 23, 100, max_units=4, degradation=("NORMAL", "FP16", "INT8"))
+    node = NodeState(name="n", cpu_units=4)
+    policy = get_policy("parfusion")
+    previous: dict[str, Decision] = {}
+    levels = []
+    for tick in range(1, 401):
+        stats = {}
+        last = previous.get("web")
+        if last is not None:
+            true_factor = {"NORMAL": 1.0, "FP16": 0.75, "INT8": 0.4}[last.degradation]
+            x = spec.base_service_ms * true_factor / amdahl_speedup(spec.parallel_fraction, 4)
+            x /= observation_factor(spec, node, CONFIG, last.degradation)
+            stats["web"] = ServiceStats(x, x, x, count=100, observed_units=4)
+        state = PlanInput(intents=[spec], node=node, stats=stats, previous=previous,
+                          tick=tick, config=CONFIG)  # fmt: skip
+        previous = policy.allocate(state).by_id()
+        levels.append(previous["web"].degradation)
+    assert set(levels) == {"FP16", "INT8"}
+    ups = [t for t in range(1, len(levels)) if levels[t] == "FP16" and levels[t - 1] == "INT8"]
+    # every step up failed at once; each waited twice as long at INT8 as the one before
+    waits = []
+    for up in ups:
+        down = max(t for t in range(up) if levels[t] == "INT8" and levels[t - 1] != "INT8")
+        waits.append(up - down)
+        assert up + 1 == len(levels) or levels[up + 1] == "INT8"
+    dwell = CONFIG.hysteresis_dwell_ticks
+    assert waits == [dwell * 2**k for k in range(len(waits))], waits
+    # without the backoff a step up after every dwell: 19 in 400 ticks, here 4
+    assert len(ups) == 4 and previous["web"].level_backoff == 4
+
+
+def test_the_backoff_grows_on_a_failed_step_up_and_ends_with_a_good_one():
+    spec = online("web", 60.0, 100, max_units=4, degradation=("NORMAL", "FP16", "INT8"))
+    node = NodeState(name="n", cpu_units=4)
+
+    def decide(prev: Decision, tick: int, deadline: float = 60.0) -> Decision:
+        intent = online("web", deadline, 100, max_units=4, degradation=spec.degradation)
+        state = PlanInput(intents=[intent], node=node, previous={"web": prev}, tick=tick)
+        return get_policy("parfusion").allocate(state).decisions[0]
+
+    # FP16 taken by a step up at tick 0, and on probation at tick 10: a deeper level now is a
+    # failed step up
+    probing = Decision("web", 4, degradation="FP16", level_backoff=1, level_raised=True)
+    failed = decide(probing, 10, deadline=15.0)
+    assert failed.degradation == "INT8"
+    assert (failed.level_backoff, failed.level_raised) == (2, False)
+    # the same step down after the probation is no failure
+    late = decide(probing, probe_ticks(CONFIG), deadline=15.0)
+    assert (late.degradation, late.level_backoff) == ("INT8", 1)
+    # a step up that held through its probation lowers the backoff by one, once
+    held = decide(probing, probe_ticks(CONFIG), deadline=30.0)
+    assert (held.degradation, held.level_backoff) == ("FP16", 0)
+    twice = Decision("web", 4, degradation="FP16", level_backoff=3, level_raised=True)
+    passed = decide(twice, probe_ticks(CONFIG), deadline=30.0)
+    assert (passed.level_backoff, passed.level_raised) == (2, False)
+    assert decide(passed, probe_ticks(CONFIG) + 1, deadline=30.0).level_backoff == 2
+    # with a backoff of 2, INT8 is held for 4 dwells though FP16 would meet with margin
+    deep = Decision("web", 4, degradation="INT8", level_backoff=2)
+    dwell = CONFIG.hysteresis_dwell_ticks
+    waiting = decide(deep, 4 * dwell - 1, deadline=30.0)
+    assert waiting.degradation == "INT8" and waiting.reason.startswith("holding ")
+    assert f"2 step-ups failed in a row: the next after {4 * dwell} ticks" in waiting.reason
+    up = decide(deep, 4 * dwell, deadline=30.0)
+    assert up.degradation == "FP16" and up.level_raised and up.level_backoff == 2
 
 
 def test_at_risk_deadline_work_gets_units_before_batch_keeps_them():

@@ -360,8 +360,12 @@ def test_previous_columns_come_from_the_memo_when_intents_were_appended():
     last = kept.memo.last
     assert last is not None
     prevs = [*r1.decisions, _NO_PREVIOUS]
-    units, since, level_since, level = last.tick_columns_of(prevs, _NO_PREVIOUS)
+    columns = last.tick_columns_of(prevs, _NO_PREVIOUS)
+    assert columns is not None
+    units, since, level_since, level, backoff, raised = columns
     assert units.tolist() == [d.units for d in r1.decisions] + [0]
+    assert backoff.tolist() == [d.level_backoff for d in r1.decisions] + [0]
+    assert raised.tolist() == [int(d.level_raised) for d in r1.decisions] + [0]
     assert since.tolist() == [d.since_tick for d in r1.decisions] + [0]
     assert level_since.tolist() == [d.level_since_tick for d in r1.decisions] + [0]
     assert level.tolist() == [LEVEL_INDEX[d.degradation] for d in r1.decisions] + [0]
