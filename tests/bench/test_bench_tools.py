@@ -178,3 +178,18 @@ def test_pinned_arenas_names_the_few_objects_that_keep_an_arena_mapped() -> None
     # the kept tuples sit in arenas of their own, each nearly empty
     assert sum(map(int, held)) >= 10, out
     assert min(int(blocks) for blocks, _ in rows) < 50, out
+
+
+def test_bench_interpreter_times_calls_inside_and_beside_a_ticking_loop() -> None:
+    out = _run(
+        "bench/bench_interpreter.py", "--intents", "60", "--seconds", "1", "--rounds", "1",
+        "--settle", "0.5", "--rate", "50",
+    )  # fmt: skip
+    rows = re.findall(r"^\| (idle|inside|beside) \| ([\d,]+) \| (\d+) \| ([\d.]+) \|", out, re.M)
+    assert [r[0] for r in rows] == ["idle", "inside", "beside"], out
+    for variant, intents, calls, p50 in rows:
+        assert int(calls) >= 40 and float(p50) > 0, out
+        assert intents == ("0" if variant == "idle" else "60"), out
+    # the ticking process did work while the calls were timed
+    cpus = re.findall(r"^\| (?:inside|beside) \|.*\| (\d+) \| [\d.]+ \|$", out, re.M)
+    assert len(cpus) == 2 and all(int(c) > 0 for c in cpus), out
