@@ -40,6 +40,8 @@ import grpc  # noqa: E402
 import psutil  # noqa: E402
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc  # noqa: E402
 
+from bench.bench_system import quantile  # noqa: E402
+
 CHURN = 25  # submits and deletes before each tick: bench_system's 100 SubmitIntent/s
 SAMPLED = 200  # intents with a new service-time sample before each tick
 TICK_S = 0.25
@@ -126,10 +128,6 @@ def ready_port(process: subprocess.Popen[str]) -> int:
     if not line.startswith("ready "):
         raise RuntimeError(f"{process.args}: exited {process.wait()} before it was ready")
     return int(line.split()[1])
-
-
-def quantile(ordered: list[float], q: float) -> float:
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 def run_variant(variant: str, args: argparse.Namespace) -> str:

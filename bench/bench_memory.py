@@ -232,6 +232,7 @@ def survivors(top: int) -> list[str]:
 # bytes; a pool's header starts with its count of used blocks, and its arena's index at 32.
 POOL_BITS = 14
 SMALL_REQUEST = 512
+FEW_BLOCKS = 1000  # an arena with fewer used blocks is listed with examples and holders
 
 
 def mappings() -> tuple[list[int], list[int]]:
@@ -245,7 +246,7 @@ def mappings() -> tuple[list[int], list[int]]:
     return starts, ends
 
 
-def pinned_arenas(top: int) -> list[str]:
+def pinned_arenas() -> list[str]:
     """Which of CPython's arenas hold few live blocks, what sits in them and what holds it.
     Every object reachable from the collector's (tracked containers, then everything they
     refer to) is mapped to its pool by address; the pool's header gives the arena index and
@@ -325,10 +326,9 @@ def pinned_arenas(top: int) -> list[str]:
         if len(examples.setdefault(index, [])) < 3:
             examples[index].append(f"{kind.__qualname__}: {repr(obj)[:80]}")
     # the walk's own ints: the addresses in `seen` and the pools' keys
-    int_size = sys.getsizeof(2**40)
     for value in [*seen, *pools]:
         entry = pools.get(id(value) & ~((1 << POOL_BITS) - 1))
-        if entry is not None and int_size <= SMALL_REQUEST:
+        if entry is not None:
             entry[1] -= 1
     blocks: Counter[int] = Counter()
     pool_count: Counter[int] = Counter()
@@ -346,7 +346,7 @@ def pinned_arenas(top: int) -> list[str]:
             f"  arena {index:4d}: {blocks[index]:6d} blocks in {pool_count[index]:3d} pools; "
             f"{sum(found[index].values())} objects ({new[index]} new): {kinds}"
         )
-        if blocks[index] < top * 40:
+        if blocks[index] < FEW_BLOCKS:
             lines += [f"      {e}" for e in examples[index]]
             for holder, count in holders[index].most_common(4):
                 keys = f" (keys {shown[holder]})" if holder in shown else ""
@@ -506,7 +506,7 @@ def measure(
     after = state(held, args.walk)
     types_after = type_counts()
     other_after = other.memory_info().rss / 2**20
-    traced: list[str] = pinned_arenas(args.top) if args.arenas else []
+    traced: list[str] = pinned_arenas() if args.arenas else []
     if args.trace:
         traced += survivors(args.top)
         snapshot = tracemalloc.take_snapshot().filter_traces(

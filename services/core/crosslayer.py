@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from services.core.cpuset import format_cpuset
-from services.core.deadline import MAX_LEVEL_BACKOFF, level_state
+from services.core.deadline import level_state, step_up_dwell
 from services.core.formulas import cpu_pressure
 from services.core.memo import Column, LastDecisions, TickMemo, changed_from
 from services.core.model import (
@@ -358,9 +358,9 @@ def decide(
     why = reasons(table, plan, policy, state.config.light_load_cores, memo)
     level_backoff, level_raised = level_state(table, plan.level, state.tick, state.config)
     backing_off = ((plan.outcome == HELD_DEGRADED) & (level_backoff > 0)).nonzero()[0]
-    for i in backing_off.tolist():
+    waits = step_up_dwell(level_backoff[backing_off], state.config).tolist()
+    for i, wait in zip(backing_off.tolist(), waits, strict=True):
         tries = int(level_backoff[i])
-        wait = state.config.hysteresis_dwell_ticks << min(tries, MAX_LEVEL_BACKOFF)
         failed = "a step up failed" if tries == 1 else f"{tries} step-ups failed in a row"
         why[i] += f"; {failed}: the next after {wait} ticks at this level"
     shared_work = plan.shared

@@ -133,11 +133,10 @@ def probe_ticks(config: DmugConfig) -> int:
     return 4 * config.hysteresis_dwell_ticks
 
 
-def step_up_dwell(table: IntentTable, rows: np.ndarray, config: DmugConfig) -> np.ndarray:
-    """Ticks at the current level before these rows may step up: the dwell, doubled for each
-    step up that failed in a row."""
-    backoff = np.minimum(table.prev_level_backoff[rows], MAX_LEVEL_BACKOFF)
-    return np.asarray(config.hysteresis_dwell_ticks << backoff)
+def step_up_dwell(backoff: np.ndarray, config: DmugConfig) -> np.ndarray:
+    """Ticks at the current level before a step up, per row of ``Decision.level_backoff``: the
+    dwell, doubled for each step up that failed in a row."""
+    return np.asarray(config.hysteresis_dwell_ticks << np.minimum(backoff, MAX_LEVEL_BACKOFF))
 
 
 def level_state(
@@ -189,7 +188,8 @@ def hold_levels(
     if lighter.size == 0:
         return
     rows = dl[lighter]
-    dwelt = (tick - table.prev_level_since[rows]) >= step_up_dwell(table, rows, config)
+    wait = step_up_dwell(table.prev_level_backoff[rows], config)
+    dwelt = (tick - table.prev_level_since[rows]) >= wait
     # one step: the deepest allowed level below the previous one (at least the one that meets)
     step = lvl[lighter].copy()
     for candidate in (1, 0):

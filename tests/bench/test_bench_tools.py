@@ -169,7 +169,7 @@ def test_pinned_arenas_names_the_few_objects_that_keep_an_arena_mapped() -> None
         "made = [(i, -i) for i in range(200_000)]\n"
         "kept = made[::10_000]\n"
         "del made\n"
-        "print('\\n'.join(pinned_arenas(25)))\n"
+        "print('\\n'.join(pinned_arenas()))\n"
     )
     out = _run("-c", script)
     rows = re.findall(r"^  arena +\d+: +(\d+) blocks in +\d+ pools; (\d+) objects", out, re.M)
