@@ -19,12 +19,20 @@ plan. Then, after a settle time, this process reports against its state before t
 - with `--arenas`, per CPython arena: its used blocks, the reachable objects in it by type and
   the containers that refer to them (what keeps an otherwise empty arena mapped).
 
+What it is that stays is told apart by serving less: with `--loop off` the allocator serves
+without its control loop (the store and the RPCs alone: nothing is planned, the client waits
+for no plan); with `--reject` as well, every submit carries a name the validator refuses and
+every delete an id that is not stored (as many calls, nothing stored). `--cycles N` repeats
+the client's submits and deletes N times with a reading after each: whether what stays grows
+from round to round or is held once.
+
 Retention (objects still referenced) shows as types and containers that grew and traced
 blocks still alive; fragmentation (freed but not returned) shows as free bytes in glibc's
 arenas or free blocks in CPython's arenas with nothing alive behind them.
 
     .venv/bin/python bench/bench_memory.py --intents 10000 [--trace] [--arenas] [--settle 5]
     .venv/bin/python bench/bench_memory.py --serve nodeagent   # the node agent instead
+    .venv/bin/python bench/bench_memory.py --loop off [--reject] [--cycles 3]
 """
 
 from __future__ import annotations
@@ -65,16 +73,29 @@ from parfusion.v1 import allocator_pb2, allocator_pb2_grpc  # noqa: E402
 # --- the client (its own process) ------------------------------------------------------------
 
 
-def client(address: str, n: int, settle: float) -> None:
-    """Submit n intents, wait for them in the plan, delete them all, wait for the empty plan."""
+def client(address: str, n: int, settle: float, *, plan: bool = True, reject: bool = False) -> None:
+    """Submit n intents, wait for them in the plan, delete them all, wait for the empty plan.
+
+    Without ``plan`` (the allocator served with no loop) nothing waits for a plan. With
+    ``reject`` every submit carries a name the validator refuses and every delete names an id
+    that is not stored: as many calls, each answered with an error, and nothing stored."""
     rng = random.Random(7)
     intents = [make_intent(k, rng) for k in range(n)]
     with grpc.insecure_channel(address) as channel:
         stub = allocator_pb2_grpc.AllocatorServiceStub(channel)
         started = time.perf_counter()
+        if reject:
+            for intent in intents:
+                intent.name = "not a valid name!"
+            codes = refused(stub, intents)
+            print(f"client: {n} submits refused ({codes}) in {time.perf_counter() - started:.1f} s")
+            codes = refused(stub, intents, delete=True)
+            print(f"client: {n} deletes refused ({codes})")
+            return
         submit_all(stub, intents)
-        wait_for_plan(stub, n)
-        print(f"client: {n} submitted and planned in {time.perf_counter() - started:.1f} s")
+        if plan:
+            wait_for_plan(stub, n)
+        print(f"client: {n} submitted in {time.perf_counter() - started:.1f} s")
         time.sleep(settle)
         stored = stub.ListIntents(allocator_pb2.ListIntentsRequest(), timeout=60).intents
         started = time.perf_counter()
@@ -87,8 +108,26 @@ def client(address: str, n: int, settle: float) -> None:
                     stored,
                 )
             )
-        wait_for_plan(stub, 0)
-        print(f"client: {len(stored)} deleted, plan empty in {time.perf_counter() - started:.1f} s")
+        if plan:
+            wait_for_plan(stub, 0)
+        print(f"client: {len(stored)} deleted in {time.perf_counter() - started:.1f} s")
+
+
+def refused(stub: Any, intents: list[Any], delete: bool = False) -> dict[str, int]:
+    """Each intent submitted (or deleted by id), eight calls at a time; the status codes seen."""
+
+    def call(intent: Any) -> str:
+        try:
+            if delete:
+                stub.DeleteIntent(allocator_pb2.DeleteIntentRequest(id=intent.id), timeout=30)
+            else:
+                stub.SubmitIntent(allocator_pb2.SubmitIntentRequest(intent=intent), timeout=30)
+        except grpc.RpcError as exc:
+            return str(exc.code().name)
+        return "OK"
+
+    with ThreadPoolExecutor(8) as pool:
+        return dict(Counter(pool.map(call, intents)))
 
 
 # --- what this process holds -----------------------------------------------------------------
@@ -469,7 +508,7 @@ def serve_and_measure(args: argparse.Namespace) -> dict[str, Any]:
                 agent.stop(grace=1.0)
         settings, _ = parse_service_args("allocator", [])
         sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
-        running = start_allocator(settings, metrics_port=0)
+        running = start_allocator(settings, metrics_port=0, start_loop=args.loop == "on")
         held = {"loop": running.handle.loop, "servicer": running.handle.servicer}
         other = psutil.Process(int(launched["nodeagent"]))
         try:
@@ -493,16 +532,19 @@ def measure(
         tracemalloc.start(args.trace_frames)
     collections = Collections()
     gc.callbacks.append(collections)
-    done = subprocess.run(
-        [sys.executable, __file__, "--client", address, "--intents", str(args.intents)],
-        cwd=ROOT,
-        check=True,
-        capture_output=True,
-        text=True,
-    )
+    command = [sys.executable, __file__, "--client", address, "--intents", str(args.intents)]
+    command += ["--loop", args.loop] + (["--reject"] if args.reject else [])
+    cycles: list[dict[str, Any]] = []
+    said: list[str] = []  # what the client printed, every round
+    for _ in range(args.cycles):
+        done = subprocess.run(command, cwd=ROOT, check=True, capture_output=True, text=True)
+        print(done.stdout, end="", file=sys.stderr)
+        said += done.stdout.splitlines()
+        time.sleep(args.settle)
+        if args.cycles > 1:
+            gc.collect()
+            cycles.append({"rss_mb": rss_mb(), "pymalloc": pymalloc_stats(), "glibc": glibc_heap()})
     gc.callbacks.remove(collections)
-    print(done.stdout, end="", file=sys.stderr)
-    time.sleep(args.settle)
     after = state(held, args.walk)
     types_after = type_counts()
     other_after = other.memory_info().rss / 2**20
@@ -545,6 +587,9 @@ def measure(
         "metric_children_grown": grown(before["metric_children"], after["metric_children"]),
         "large_after": {k: v for k, v in after["large"].items() if k not in before["large"]},
         "after_another_trim": trimmed,
+        "cycles": cycles,
+        "client": said,
+        "stored_after": len(held["loop"].store) if "loop" in held else None,
         "traced": traced,
     }
 
@@ -561,10 +606,28 @@ def main() -> None:
     parser.add_argument("--walk", action="store_true", help="find large containers by path")
     parser.add_argument("--trace-frames", type=int, default=6)
     parser.add_argument("--top", type=int, default=25, help="traced lines reported")
+    parser.add_argument(
+        "--loop",
+        default="on",
+        choices=("on", "off"),
+        help="off: the allocator served without its control loop (the store and the RPCs alone)",
+    )
+    parser.add_argument(
+        "--reject",
+        action="store_true",
+        help="every submit and delete refused: the same calls, nothing stored",
+    )
+    parser.add_argument(
+        "--cycles", type=int, default=1, help="submit-and-delete rounds, a reading after each"
+    )
     parser.add_argument("--client", metavar="ADDRESS", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.cycles < 1:
+        parser.error("--cycles must be at least 1")
+    if args.loop == "off" and args.serve != "allocator":
+        parser.error("--loop off serves the allocator")
     if args.client:
-        client(args.client, args.intents, args.settle)
+        client(args.client, args.intents, args.settle, plan=args.loop == "on", reject=args.reject)
         return
     report = serve_and_measure(args)
     traced = report.pop("traced")

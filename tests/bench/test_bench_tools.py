@@ -160,6 +160,39 @@ def test_bench_dashboard_reads_every_panel_of_a_real_stack(tmp_path: Path) -> No
     assert all(r["max_bytes"] > 0 and r["median_ms"] > 0 for r in requests.values())
 
 
+@pytest.mark.slow
+def test_bench_memory_serves_the_store_alone_refuses_every_call_and_repeats_rounds() -> None:
+    """The modes that tell the store's and the loop's memory apart: with the loop off the
+    intents are stored and deleted without a plan; with every call refused nothing is stored;
+    every round gets its reading."""
+    stored = json.loads(
+        _run("bench/bench_memory.py", "--intents", "30", "--loop", "off", "--settle", "0.2")
+    )
+    assert any(line.startswith("client: 30 submitted") for line in stored["client"]), stored
+    assert any(line.startswith("client: 30 deleted") for line in stored["client"]), stored
+    assert stored["stored_after"] == 0 and stored["cycles"] == []
+    refused = json.loads(
+        _run(
+            "bench/bench_memory.py",
+            "--intents",
+            "30",
+            "--loop",
+            "off",
+            "--reject",
+            "--cycles",
+            "2",
+            "--settle",
+            "0.2",
+        )  # fmt: skip
+    )
+    lines = refused["client"]
+    assert sum("30 submits refused ({'INVALID_ARGUMENT': 30})" in line for line in lines) == 2
+    assert sum("30 deletes refused ({'NOT_FOUND': 30})" in line for line in lines) == 2
+    assert refused["stored_after"] == 0
+    assert len(refused["cycles"]) == 2
+    assert all(c["rss_mb"] > 0 and c["pymalloc"]["arenas"] > 0 for c in refused["cycles"])
+
+
 def test_pinned_arenas_names_the_few_objects_that_keep_an_arena_mapped() -> None:
     # 200,000 two-tuples take a dozen fresh arenas; keeping one in 10,000 leaves each of those
     # arenas mapped for a block or two, which the report must show with the list holding them
