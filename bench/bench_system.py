@@ -22,6 +22,8 @@ services' memory again. Reported, per size:
   parfusion_grpc_request_duration_seconds histogram: what the client sees less the transport and
   this harness's own process); with `--get-plan conditional` every GetPlan names the generation of the
   last reply (`known_generation`), as a poller would, and gets the plans only when they changed;
+- the allocator's event-loop lag p50 / p99 (parfusion_event_loop_lag_seconds: how late its loop
+  ran a timer that was due; a call served on the loop waits about that long to start);
 - WatchPlans: plans received per stream against ticks made, generations skipped, bytes per
   message; the streams ask for deltas and keep the plan from them (`--watch whole`: every
   message is the whole plan);
@@ -138,6 +140,7 @@ def scrape(url: str) -> dict[str, float]:
 
 TICK_HISTOGRAM = "parfusion_allocator_tick_duration_seconds"
 RPC_HISTOGRAM = "parfusion_grpc_request_duration_seconds"
+LAG_HISTOGRAM = "parfusion_event_loop_lag_seconds"
 # the allocator's oldest-generation collections (prometheus_client's default GC collector): a
 # full collection at 10,000 intents is a long pause, which a tick's tail can hold
 _FULL_GC = 'python_gc_collections_total{generation="2"}'
@@ -534,6 +537,11 @@ def measure(stack: Any, home: Path, intents: list[Any], args: argparse.Namespace
             "submit": handling_ms(before, after, "SubmitIntent"),
             "get_plan": handling_ms(before, after, "GetPlan"),
         },
+        # how late the allocator's event loop ran what was due: a call waits that long to start
+        "loop_lag_ms": {
+            f"p{round(q * 100)}_ms": histogram_quantile(before, after, q, LAG_HISTOGRAM) * 1e3
+            for q in (0.5, 0.99)
+        },
         "get_plan_mode": args.get_plan,
         "watch_mode": args.watch,
         "clients": args.clients,
@@ -590,11 +598,12 @@ def table(rows: list[dict[str, Any]]) -> str:
     lines = [
         "| intents | tick p50 / p99 ms | period p99 ms | ticks > 250 ms, full GCs "
         "| stale plans, failed peer calls | Submit p50 / p99 ms (server p99) "
-        "| GetPlan p50 / p99 ms (server p99) | watch plans / ticks, bytes per plan "
+        "| GetPlan p50 / p99 ms (server p99) | allocator loop lag p50 / p99 ms "
+        "| watch plans / ticks, bytes per plan "
         "| bytes/tick agent out / in "
         "| bytes/tick gpulane out / in | CPU % alloc / agent / gpulane "
         "| RSS MB alloc / agent: start, peak, after delete |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         b, cpu, rss, server = r["bytes_per_tick"], r["cpu_percent"], r["rss_mb"], r["server_ms"]
@@ -607,6 +616,7 @@ def table(rows: list[dict[str, Any]]) -> str:
             f"{ratio(r, lambda x: x['submit']['p99_ms'])} ({server['submit']['p99_ms']:.1f}) "
             f"| {r['get_plan']['p50_ms']:.1f} / {r['get_plan']['p99_ms']:.1f}"
             f"{ratio(r, lambda x: x['get_plan']['p99_ms'])} ({server['get_plan']['p99_ms']:.1f}) "
+            f"| {r['loop_lag_ms']['p50_ms']:.1f} / {r['loop_lag_ms']['p99_ms']:.1f} "
             f"| {r['watched_plans'] / max(r['watchers'], 1):.0f} / {r['ticks']}, "
             f"{r['watch_bytes_per_plan']:,.0f} "
             f"| {b['nodeagent_sent']:,.0f} / {b['nodeagent_received']:,.0f} "

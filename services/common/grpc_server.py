@@ -26,7 +26,7 @@ from wsgiref.simple_server import WSGIRequestHandler, make_server
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
-from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, Histogram, generate_latest
 from prometheus_client.exposition import ThreadingWSGIServer
 
 from services.common.config import ServiceSettings
@@ -39,6 +39,31 @@ log = logging.getLogger(__name__)
 Registration = tuple[Callable[[Any, Any], None], Any, str]
 T = TypeVar("T")
 LOOP_CALL_TIMEOUT_S = 30.0  # start, health changes: far longer than any of them takes
+LAG_PROBE_S = 0.05  # how often the event loop's lag is sampled
+
+LOOP_LAG_SECONDS = Histogram(
+    "parfusion_event_loop_lag_seconds",
+    "How late the gRPC server's event loop ran a timer that was due, sampled every 50 ms: a "
+    "call served on the loop waits about as long to start (the loop busy, its thread waiting "
+    "for the interpreter lock or for a core)",
+    buckets=(
+        0.0005,
+        0.001,
+        0.0025,
+        0.005,
+        0.0075,
+        0.01,
+        0.015,
+        0.02,
+        0.025,
+        0.05,
+        0.1,
+        0.25,
+        0.5,
+        1,
+        2.5,
+    ),
+)
 
 
 @dataclass
@@ -184,6 +209,15 @@ def start_grpc_server(
     return running
 
 
+def _probe_lag(loop: asyncio.AbstractEventLoop, due: float) -> None:
+    """One lag sample, and the next probe's timer (a plain timer, not a task: nothing is left
+    pending when the loop closes)."""
+    now = loop.time()
+    LOOP_LAG_SECONDS.observe(max(now - due, 0.0))
+    due = now + LAG_PROBE_S
+    loop.call_at(due, _probe_lag, loop, due)
+
+
 def _run_loop(loop: asyncio.AbstractEventLoop) -> None:
     asyncio.set_event_loop(loop)
     try:
@@ -220,6 +254,9 @@ async def _start(
     if bound == 0:
         raise OSError(f"cannot bind gRPC server to {host}:{port}")
     await server.start()
+    loop = asyncio.get_running_loop()
+    due = loop.time() + LAG_PROBE_S
+    loop.call_at(due, _probe_lag, loop, due)
     for name in [*names, ""]:
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     return server, bound, health_servicer, names
