@@ -70,10 +70,10 @@ def tick_forever(n: int, serve: bool) -> None:
     """The ticking process: prints `ready PORT` (0 when it serves nothing), then ticks."""
     from bench.bench_loop import make_intent
     from services.allocator.loop import ControlLoop, LoopConfig
-    from services.allocator.server import GIL_SWITCH_INTERVAL_S
+    from services.allocator.server import tune_interpreter
     from services.allocator.store import IntentStore
 
-    sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)  # as the allocator's main() sets it
+    tune_interpreter()  # as the allocator's main() does
     rng = random.Random(7)
     with tempfile.TemporaryDirectory(prefix="parfusion-bench-interpreter-") as tmp:
         store = IntentStore(Path(tmp) / "allocator.db", max_intents=n + CHURN)

@@ -488,7 +488,7 @@ def grown(before: dict[str, int], after: dict[str, int], least: int = 1) -> dict
 
 
 def serve_and_measure(args: argparse.Namespace) -> dict[str, Any]:
-    from services.allocator.server import GIL_SWITCH_INTERVAL_S, start_allocator
+    from services.allocator.server import start_allocator, tune_interpreter
     from services.common.config import parse_service_args
 
     others = ("allocator", "gpulane") if args.serve == "nodeagent" else PEERS
@@ -507,7 +507,7 @@ def serve_and_measure(args: argparse.Namespace) -> dict[str, Any]:
             finally:
                 agent.stop(grace=1.0)
         settings, _ = parse_service_args("allocator", [])
-        sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
+        tune_interpreter()
         running = start_allocator(settings, metrics_port=0, start_loop=args.loop == "on")
         held = {"loop": running.handle.loop, "servicer": running.handle.servicer}
         other = psutil.Process(int(launched["nodeagent"]))

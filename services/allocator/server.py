@@ -8,6 +8,7 @@ validation.py, durability in store.py, planning in loop.py.
 
 from __future__ import annotations
 
+import gc
 import logging
 import math
 import sys
@@ -46,6 +47,21 @@ MAX_ARRIVAL_RATE_SCALE = 1000.0
 # (CPython's default is 5 ms): every wait of a handler behind a tick in progress costs up to
 # this, several times per call, so a shorter interval bounds RPC latency during a long tick.
 GIL_SWITCH_INTERVAL_S = 0.0002
+# Net new tracked objects before the cyclic collector's youngest pass (CPython's default is
+# 700). A tick pauses the collector and leaves a few thousand survivors behind, among them
+# tens of 10,000-row columns: at 700 a young pass ran after every tick and held the interpreter
+# lock 3-6 ms while it walked them, each one a stall of every call on the server's loop. Above
+# what a tick leaves, a pass runs every few ticks (docs/performance.md).
+GC_YOUNG_THRESHOLD = 20_000
+
+
+def tune_interpreter() -> None:
+    """The allocator process's interpreter settings: the switch interval and the collector's
+    young threshold (main() calls it; in-process harnesses that serve the allocator as main()
+    does call it too)."""
+    sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
+    _, older, oldest = gc.get_threshold()
+    gc.set_threshold(GC_YOUNG_THRESHOLD, older, oldest)
 
 
 @dataclass
@@ -395,7 +411,7 @@ def start_allocator(
 def main(argv: list[str] | None = None) -> None:
     settings, _ = parse_service_args("allocator", argv)
     configure_logging(settings.log_level, settings.log_format, "allocator")
-    sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
+    tune_interpreter()
     try:
         running = start_allocator(settings, metrics_port=settings.metrics_port)
     except StoreUnusable as exc:  # the file and what to do, not a traceback

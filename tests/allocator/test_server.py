@@ -513,3 +513,26 @@ def test_metrics_endpoint_serves_decision_and_loop_series(start: Start, stub_for
         'parfusion_grpc_requests_total{code="OK",method="SubmitIntent",service="AllocatorService"}',
     ):
         assert series in body, series
+
+
+def test_tune_interpreter_sets_the_switch_interval_and_the_young_threshold_only() -> None:
+    """What main() sets for the allocator's process: the switch interval and the collector's
+    youngest threshold; the older generations' thresholds are left as they were."""
+    import gc
+    import sys
+
+    from services.allocator.server import (
+        GC_YOUNG_THRESHOLD,
+        GIL_SWITCH_INTERVAL_S,
+        tune_interpreter,
+    )
+
+    thresholds, interval = gc.get_threshold(), sys.getswitchinterval()
+    gc.set_threshold(700, 7, 9)
+    try:
+        tune_interpreter()
+        assert gc.get_threshold() == (GC_YOUNG_THRESHOLD, 7, 9)
+        assert sys.getswitchinterval() == pytest.approx(GIL_SWITCH_INTERVAL_S)
+    finally:
+        gc.set_threshold(*thresholds)
+        sys.setswitchinterval(interval)
