@@ -22,8 +22,9 @@ services' memory again. Reported, per size:
   parfusion_grpc_request_duration_seconds histogram: what the client sees less the transport and
   this harness's own process); with `--get-plan conditional` every GetPlan names the generation of the
   last reply (`known_generation`), as a poller would, and gets the plans only when they changed;
-- the allocator's event-loop lag p50 / p99 (parfusion_event_loop_lag_seconds: how late its loop
-  ran a timer that was due; a call served on the loop waits about that long to start);
+- the event-loop lag of the allocator and the node agent, p50 / p99
+  (parfusion_event_loop_lag_seconds: how late each one's loop ran a timer that was due; a call
+  served on it waits about that long to start);
 - WatchPlans: plans received per stream against ticks made, generations skipped, bytes per
   message; the streams ask for deltas and keep the plan from them (`--watch whole`: every
   message is the whole plan);
@@ -191,6 +192,14 @@ def handling_ms(before: dict[str, float], after: dict[str, float], method: str) 
     labels = f'method="{method}",service="{ALLOCATOR_SERVICE}"'
     return {
         f"p{round(q * 100)}_ms": histogram_quantile(before, after, q, RPC_HISTOGRAM, labels) * 1e3
+        for q in (0.5, 0.99)
+    }
+
+
+def loop_lag_ms(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """A service's event-loop lag p50 / p99 in ms between two scrapes of its metrics."""
+    return {
+        f"p{round(q * 100)}_ms": histogram_quantile(before, after, q, LAG_HISTOGRAM) * 1e3
         for q in (0.5, 0.99)
     }
 
@@ -379,6 +388,7 @@ def measure(stack: Any, home: Path, intents: list[Any], args: argparse.Namespace
     n = len(intents)
     procs = processes(home)
     metrics_url = f"http://127.0.0.1:{stack.env['PARFUSION_ALLOCATOR_METRICS_PORT']}/metrics"
+    agent_url = f"http://127.0.0.1:{stack.env['PARFUSION_NODEAGENT_METRICS_PORT']}/metrics"
     channel = grpc.insecure_channel(stack.address("allocator"))
     stub = allocator_pb2_grpc.AllocatorServiceStub(channel)
     time.sleep(2.0)
@@ -428,7 +438,7 @@ def measure(stack: Any, home: Path, intents: list[Any], args: argparse.Namespace
         for t in watchers:
             t.start()
     time.sleep(0.5)
-    before = scrape(metrics_url)
+    before, agent_before = scrape(metrics_url), scrape(agent_url)
     cpu_before = {name: p.cpu_times() for name, p in procs.items()}
     window_start = time.perf_counter()
 
@@ -462,7 +472,7 @@ def measure(stack: Any, home: Path, intents: list[Any], args: argparse.Namespace
         t.join()
     window_s = time.perf_counter() - window_start
     cpu_after = {name: p.cpu_times() for name, p in procs.items()}
-    after = scrape(metrics_url)
+    after, agent_after = scrape(metrics_url), scrape(agent_url)
     time.sleep(1.0)  # the last replies
     stop.set()
     if args.clients == "process":
@@ -537,11 +547,9 @@ def measure(stack: Any, home: Path, intents: list[Any], args: argparse.Namespace
             "submit": handling_ms(before, after, "SubmitIntent"),
             "get_plan": handling_ms(before, after, "GetPlan"),
         },
-        # how late the allocator's event loop ran what was due: a call waits that long to start
-        "loop_lag_ms": {
-            f"p{round(q * 100)}_ms": histogram_quantile(before, after, q, LAG_HISTOGRAM) * 1e3
-            for q in (0.5, 0.99)
-        },
+        # how late each service's event loop ran what was due: a call waits that long to start
+        "loop_lag_ms": loop_lag_ms(before, after),
+        "agent_loop_lag_ms": loop_lag_ms(agent_before, agent_after),
         "get_plan_mode": args.get_plan,
         "watch_mode": args.watch,
         "clients": args.clients,
@@ -598,7 +606,7 @@ def table(rows: list[dict[str, Any]]) -> str:
     lines = [
         "| intents | tick p50 / p99 ms | period p99 ms | ticks > 250 ms, full GCs "
         "| stale plans, failed peer calls | Submit p50 / p99 ms (server p99) "
-        "| GetPlan p50 / p99 ms (server p99) | allocator loop lag p50 / p99 ms "
+        "| GetPlan p50 / p99 ms (server p99) | loop lag p99 ms alloc / agent "
         "| watch plans / ticks, bytes per plan "
         "| bytes/tick agent out / in "
         "| bytes/tick gpulane out / in | CPU % alloc / agent / gpulane "
@@ -616,7 +624,7 @@ def table(rows: list[dict[str, Any]]) -> str:
             f"{ratio(r, lambda x: x['submit']['p99_ms'])} ({server['submit']['p99_ms']:.1f}) "
             f"| {r['get_plan']['p50_ms']:.1f} / {r['get_plan']['p99_ms']:.1f}"
             f"{ratio(r, lambda x: x['get_plan']['p99_ms'])} ({server['get_plan']['p99_ms']:.1f}) "
-            f"| {r['loop_lag_ms']['p50_ms']:.1f} / {r['loop_lag_ms']['p99_ms']:.1f} "
+            f"| {r['loop_lag_ms']['p99_ms']:.1f} / {r['agent_loop_lag_ms']['p99_ms']:.1f} "
             f"| {r['watched_plans'] / max(r['watchers'], 1):.0f} / {r['ticks']}, "
             f"{r['watch_bytes_per_plan']:,.0f} "
             f"| {b['nodeagent_sent']:,.0f} / {b['nodeagent_received']:,.0f} "
