@@ -5,10 +5,10 @@ Starts the allocator, node agent and gpulane as the launcher starts them (`parfu
 intents of mixed classes through SubmitIntent, lets the loop settle, then for a fixed time
 drives SubmitIntent (each call a new intent: the store grows by rate x seconds) and GetPlan at
 a fixed rate each (open loop: calls start on schedule whatever the replies do) with W
-WatchPlans streams open, all over loopback. The GetPlan driver and each stream are clients in
-processes of their own, as pollers, the dashboard and the extender are (`--clients thread`:
-all in the harness's process, where they share one interpreter lock with the SubmitIntent
-driver and delay each other's replies). Then it deletes every intent and reads the
+WatchPlans streams open, all over loopback. Each driver and each stream is a client in a
+process of its own, as submitters, pollers, the dashboard and the extender are (`--clients
+thread`: all in the harness's process, where they share one interpreter lock and delay each
+other's replies). Then it deletes every intent and reads the
 services' memory again. Reported, per size:
 
 - tick: the loop's own tick duration (parfusion_allocator_tick_duration_seconds over the load
@@ -265,12 +265,29 @@ def get_plan_driver(
     drive(rate, seconds, get_plan)
 
 
+def submit_driver(stub: Any, calls: Calls, rate: float, seconds: float, first: int) -> None:
+    """SubmitIntent at `rate` per second for `seconds`, each call a new intent (ids from
+    `first` on: they never repeat), built before its clock starts."""
+
+    def submit(k: int) -> tuple[float, Any]:
+        fresh = make_intent(first + k, random.Random(first + k))
+        t0 = time.perf_counter()
+        future = stub.SubmitIntent.future(
+            allocator_pb2.SubmitIntentRequest(intent=fresh), timeout=10
+        )
+        future.add_done_callback(lambda f, t0=t0: calls.done(t0, f))
+        return t0, future
+
+    drive(rate, seconds, submit)
+
+
 def client_process(
     role: str, address: str, options: dict[str, Any], ready: Any, go: Any, stop: Any, results: Any
 ) -> None:
     """One client in a process of its own (``--clients process``): a WatchPlans stream
-    (``watch``) or the GetPlan driver (``get_plan``). Says it is ready, starts its load when
-    ``go`` is set and puts what it measured on ``results``."""
+    (``watch``), the GetPlan driver (``get_plan``) or the SubmitIntent driver (``submit``).
+    Says it is ready, starts its load when ``go`` is set and puts what it measured on
+    ``results``."""
     channel = grpc.insecure_channel(address)
     grpc.channel_ready_future(channel).result(timeout=30)
     stub = allocator_pb2_grpc.AllocatorServiceStub(channel)
@@ -285,7 +302,12 @@ def client_process(
         calls = Calls()
         ready.put(role)
         go.wait()
-        get_plan_driver(channel, calls, options["rate"], options["seconds"], options["conditional"])
+        if role == "submit":
+            submit_driver(stub, calls, options["rate"], options["seconds"], options["first"])
+        else:
+            get_plan_driver(
+                channel, calls, options["rate"], options["seconds"], options["conditional"]
+            )
         time.sleep(1.0)  # the last replies
         results.put((role, (calls.latencies_ms, calls.failed)))
     channel.close()
@@ -404,8 +426,8 @@ def measure(stack: Any, home: Path, intents: list[Any], args: argparse.Namespace
     deltas = args.watch == "deltas"
     conditional = args.get_plan == "conditional"
     if args.clients == "process":
-        # each WatchPlans stream and the GetPlan driver a client process of its own, as the
-        # dashboard, the extender and pollers are: they share the cores, not this interpreter
+        # each WatchPlans stream and each driver a client process of its own, as the dashboard,
+        # the extender, pollers and submitters are: they share the cores, not this interpreter
         context = multiprocessing.get_context("spawn")
         ready, results = context.Queue(), context.Queue()
         go, stop = context.Event(), context.Event()
@@ -414,8 +436,9 @@ def measure(stack: Any, home: Path, intents: list[Any], args: argparse.Namespace
             "rate": args.rate,
             "seconds": args.seconds,
             "conditional": conditional,
+            "first": n,
         }
-        roles = ["watch"] * args.watchers + ["get_plan"]
+        roles = ["watch"] * args.watchers + ["get_plan", "submit"]
         clients = [
             context.Process(
                 target=client_process,
@@ -442,29 +465,25 @@ def measure(stack: Any, home: Path, intents: list[Any], args: argparse.Namespace
     cpu_before = {name: p.cpu_times() for name, p in procs.items()}
     window_start = time.perf_counter()
 
-    def submit(k: int) -> tuple[float, Any]:
-        fresh = make_intent(n + k, random.Random(n + k))  # a new intent: ids never repeat
-        t0 = time.perf_counter()
-        future = stub.SubmitIntent.future(
-            allocator_pb2.SubmitIntentRequest(intent=fresh), timeout=10
-        )
-        future.add_done_callback(lambda f, t0=t0: submits.done(t0, f))
-        return t0, future
-
-    drivers = [threading.Thread(target=drive, args=(args.rate, args.seconds, submit))]
+    drivers: list[threading.Thread] = []
     if args.clients == "process":
         go.set()
     else:
-        drivers.append(
+        drivers = [
+            threading.Thread(
+                target=submit_driver, args=(stub, submits, args.rate, args.seconds, n)
+            ),
             threading.Thread(
                 target=get_plan_driver,
                 args=(channel, plans, args.rate, args.seconds, conditional),
-            )
-        )
+            ),
+        ]
     for t in drivers:
         t.start()
     peak = dict(rss_start)
-    while any(t.is_alive() for t in drivers):
+    # until the drivers are done (threads), or their window has passed (processes)
+    ends = window_start + args.seconds
+    while any(t.is_alive() for t in drivers) or (not drivers and time.perf_counter() < ends):
         for name, mb in rss_mb(procs).items():
             peak[name] = max(peak[name], mb)
         time.sleep(0.5)
@@ -482,8 +501,9 @@ def measure(stack: Any, home: Path, intents: list[Any], args: argparse.Namespace
             if role == "watch":
                 next(streams).plans.extend(measured)
             else:
-                plans.latencies_ms.extend(measured[0])
-                plans.failed += measured[1]
+                calls = submits if role == "submit" else plans
+                calls.latencies_ms.extend(measured[0])
+                calls.failed += measured[1]
         for c in clients:
             c.join(10)
     for t in watchers:
@@ -661,9 +681,8 @@ def main() -> None:
         "--clients",
         default="process",
         choices=("process", "thread"),
-        help="process: the GetPlan driver and each WatchPlans stream run in a process of their "
-        "own (SubmitIntent's driver in this one); thread: all in this process, sharing its "
-        "interpreter lock",
+        help="process: the SubmitIntent and GetPlan drivers and each WatchPlans stream run in a "
+        "process of their own; thread: all in this process, sharing its interpreter lock",
     )
     run_sizes(parser.parse_args(), run_case, table)
 
