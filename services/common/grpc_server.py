@@ -47,23 +47,10 @@ LOOP_LAG_SECONDS = Histogram(
     "call served on the loop waits about as long to start (the loop busy, its thread waiting "
     "for the interpreter lock or for a core)",
     buckets=(
-        0.0005,
-        0.001,
-        0.0025,
-        0.005,
-        0.0075,
-        0.01,
-        0.015,
-        0.02,
-        0.025,
-        0.05,
-        0.1,
-        0.25,
-        0.5,
-        1,
+        0.0005, 0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
         2.5,
     ),
-)
+)  # fmt: skip
 
 
 @dataclass
