@@ -87,9 +87,9 @@ def client(address: str, n: int, settle: float, *, plan: bool = True, reject: bo
         if reject:
             for intent in intents:
                 intent.name = "not a valid name!"
-            codes = refused(stub, intents)
+            codes = each_call(stub, intents)
             print(f"client: {n} submits refused ({codes}) in {time.perf_counter() - started:.1f} s")
-            codes = refused(stub, intents, delete=True)
+            codes = each_call(stub, intents, delete=True)
             print(f"client: {n} deletes refused ({codes})")
             return
         submit_all(stub, intents)
@@ -99,21 +99,15 @@ def client(address: str, n: int, settle: float, *, plan: bool = True, reject: bo
         time.sleep(settle)
         stored = stub.ListIntents(allocator_pb2.ListIntentsRequest(), timeout=60).intents
         started = time.perf_counter()
-        with ThreadPoolExecutor(8) as pool:
-            list(
-                pool.map(
-                    lambda i: stub.DeleteIntent(
-                        allocator_pb2.DeleteIntentRequest(id=i.id), timeout=30
-                    ),
-                    stored,
-                )
-            )
+        codes = each_call(stub, list(stored), delete=True)
+        if codes != {"OK": len(stored)}:
+            raise RuntimeError(f"deleting {len(stored)} stored intents answered {codes}")
         if plan:
             wait_for_plan(stub, 0)
         print(f"client: {len(stored)} deleted in {time.perf_counter() - started:.1f} s")
 
 
-def refused(stub: Any, intents: list[Any], delete: bool = False) -> dict[str, int]:
+def each_call(stub: Any, intents: list[Any], delete: bool = False) -> dict[str, int]:
     """Each intent submitted (or deleted by id), eight calls at a time; the status codes seen."""
 
     def call(intent: Any) -> str:

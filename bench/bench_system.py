@@ -190,16 +190,20 @@ def handling_ms(before: dict[str, float], after: dict[str, float], method: str) 
     """The allocator's own handling time of `method` (its RPC histogram), p50 / p99 in ms: what
     the server spent, against the client's latency that adds the transport and this harness."""
     labels = f'method="{method}",service="{ALLOCATOR_SERVICE}"'
-    return {
-        f"p{round(q * 100)}_ms": histogram_quantile(before, after, q, RPC_HISTOGRAM, labels) * 1e3
-        for q in (0.5, 0.99)
-    }
+    return quantiles_ms(before, after, RPC_HISTOGRAM, labels)
 
 
 def loop_lag_ms(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
     """A service's event-loop lag p50 / p99 in ms between two scrapes of its metrics."""
+    return quantiles_ms(before, after, LAG_HISTOGRAM)
+
+
+def quantiles_ms(
+    before: dict[str, float], after: dict[str, float], name: str, labels: str = ""
+) -> dict[str, float]:
+    """p50 / p99 in ms of a seconds histogram between two scrapes (``histogram_quantile``)."""
     return {
-        f"p{round(q * 100)}_ms": histogram_quantile(before, after, q, LAG_HISTOGRAM) * 1e3
+        f"p{round(q * 100)}_ms": histogram_quantile(before, after, q, name, labels) * 1e3
         for q in (0.5, 0.99)
     }
 

@@ -175,20 +175,11 @@ def test_bench_memory_serves_the_store_alone_refuses_every_call_and_repeats_roun
     assert any(line.startswith("client: 30 submitted") for line in stored["client"]), stored
     assert any(line.startswith("client: 30 deleted") for line in stored["client"]), stored
     assert stored["stored_after"] == 0 and stored["cycles"] == []
-    refused = json.loads(
-        _run(
-            "bench/bench_memory.py",
-            "--intents",
-            "30",
-            "--loop",
-            "off",
-            "--reject",
-            "--cycles",
-            "2",
-            "--settle",
-            "0.2",
-        )  # fmt: skip
-    )
+    out = _run(
+        "bench/bench_memory.py", "--intents", "30", "--loop", "off", "--reject", "--cycles", "2",
+        "--settle", "0.2",
+    )  # fmt: skip
+    refused = json.loads(out)
     lines = refused["client"]
     assert sum("30 submits refused ({'INVALID_ARGUMENT': 30})" in line for line in lines) == 2
     assert sum("30 deletes refused ({'NOT_FOUND': 30})" in line for line in lines) == 2
