@@ -19,6 +19,10 @@ plan. Then, after a settle time, this process reports against its state before t
 - with `--arenas`, per CPython arena: its used blocks, the reachable objects in it by type and
   the containers that refer to them (what keeps an otherwise empty arena mapped).
 
+The served process runs on jemalloc where it is installed, as the services do
+(services/common/malloc.py; PARFUSION_MALLOC=system for CPython's allocator): its statistics
+(live, active, resident MB) and SQLite's own are read beside glibc's and CPython's.
+
 What it is that stays is told apart by serving less: with `--loop off` the allocator serves
 without its control loop (the store and the RPCs alone: nothing is planned, the client waits
 for no plan); with `--reject` as well, every submit carries a name the validator refuses and
@@ -152,6 +156,16 @@ def glibc_heap() -> dict[str, float]:
         "free_mb": info.fordblks / mb,
         "mmapped_mb": info.hblkhd / mb,
     }
+
+
+def sqlite_mb() -> float:
+    """MB that SQLite's own allocator holds in this process (page caches, statements)."""
+    name = ctypes.util.find_library("sqlite3")
+    if not name:
+        return float("nan")
+    lib = ctypes.CDLL(name)
+    lib.sqlite3_memory_used.restype = ctypes.c_int64
+    return float(lib.sqlite3_memory_used() / 2**20)
 
 
 def pymalloc_stats() -> dict[str, float]:
@@ -455,6 +469,8 @@ def rss_mb() -> float:
 
 
 def state(held: dict[str, Any], walk: bool) -> dict[str, Any]:
+    from services.common.malloc import jemalloc_stats
+
     gc.collect()
     containers: dict[str, int] = {}
     for name, obj in held.items():
@@ -463,6 +479,8 @@ def state(held: dict[str, Any], walk: bool) -> dict[str, Any]:
         "rss_mb": rss_mb(),
         "rss_by_mapping": rss_by_mapping(),
         "glibc": glibc_heap(),
+        "jemalloc": jemalloc_stats(),
+        "sqlite_mb": sqlite_mb(),
         "pymalloc": pymalloc_stats(),
         "objects": len(gc.get_objects()),
         "threads": threading.active_count(),
@@ -516,15 +534,16 @@ def measure(
 ) -> dict[str, Any]:
     """The reading before the client's submits and deletes and after them; `held`: the served
     objects whose containers are sized, `other`: the other service's process (its RSS)."""
+    from services.common.malloc import jemalloc_stats
     from services.common.memory import release_freed_memory
 
+    collections = Collections()  # its buffers before the first reading: not counted as grown
     time.sleep(args.settle)
     before = state(held, args.walk)
     types_before = type_counts()
     other_before = other.memory_info().rss / 2**20
     if args.trace:
         tracemalloc.start(args.trace_frames)
-    collections = Collections()
     gc.callbacks.append(collections)
     command = [sys.executable, __file__, "--client", address, "--intents", str(args.intents)]
     command += ["--loop", args.loop] + (["--reject"] if args.reject else [])
@@ -537,7 +556,14 @@ def measure(
         time.sleep(args.settle)
         if args.cycles > 1:
             gc.collect()
-            cycles.append({"rss_mb": rss_mb(), "pymalloc": pymalloc_stats(), "glibc": glibc_heap()})
+            cycles.append(
+                {
+                    "rss_mb": rss_mb(),
+                    "pymalloc": pymalloc_stats(),
+                    "glibc": glibc_heap(),
+                    "jemalloc": jemalloc_stats(),
+                }
+            )
     gc.callbacks.remove(collections)
     after = state(held, args.walk)
     types_after = type_counts()
@@ -572,6 +598,8 @@ def measure(
         "rss_by_mapping": {"before": before["rss_by_mapping"], "after": after["rss_by_mapping"]},
         "other_rss_mb": {"before": other_before, "after": other_after},
         "glibc": {"before": before["glibc"], "after": after["glibc"]},
+        "jemalloc": {"before": before["jemalloc"], "after": after["jemalloc"]},
+        "sqlite_mb": {"before": before["sqlite_mb"], "after": after["sqlite_mb"]},
         "pymalloc": {"before": before["pymalloc"], "after": after["pymalloc"]},
         "objects": {"before": before["objects"], "after": after["objects"]},
         "collections_during_client": collections.summary(),
@@ -623,6 +651,9 @@ def main() -> None:
     if args.client:
         client(args.client, args.intents, args.settle, plan=args.loop == "on", reject=args.reject)
         return
+    from services.common.malloc import reexec_with_jemalloc
+
+    reexec_with_jemalloc()  # as the served services start (PARFUSION_MALLOC=system: without)
     report = serve_and_measure(args)
     traced = report.pop("traced")
     print(json.dumps(report, indent=2))

@@ -326,6 +326,14 @@ def rss_mb(procs: dict[str, psutil.Process]) -> dict[str, float]:
     return {name: p.memory_info().rss / 2**20 for name, p in procs.items()}
 
 
+def malloc_of(procs: dict[str, psutil.Process]) -> dict[str, str]:
+    """Which malloc each service runs on (services/common/malloc.py): jemalloc where mapped."""
+    return {
+        name: "jemalloc" if any("libjemalloc" in m.path for m in p.memory_maps()) else "pymalloc"
+        for name, p in procs.items()
+    }
+
+
 def wait_for_plan(stub: Any, size: int, timeout_s: float = 600.0) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -595,6 +603,7 @@ def measure(stack: Any, home: Path, intents: list[Any], args: argparse.Namespace
             name: {"start": rss_start[name], "peak": peak[name], "after_delete": rss_end[name]}
             for name in procs
         },
+        "malloc": malloc_of(procs),
     }
 
 

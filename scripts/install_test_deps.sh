@@ -4,7 +4,8 @@
 # without an engine), and for the compose test on a real engine (tests/deploy/
 # test_compose_engine.py, scripts/compose_engine.sh): docker.io (dockerd, containerd, runc, the
 # CLI), debootstrap (the python:3.11-slim stand-in where no registry is reachable) and git;
-# etcd-server, openssl and curl (tests/kube: the real control plane of ../shared/k8s).
+# etcd-server, openssl and curl (tests/kube: the real control plane of ../shared/k8s);
+# libjemalloc2, the allocator's and node agent's malloc where installed (services/common/malloc.py).
 set -euo pipefail
 need=()
 command -v chromium >/dev/null 2>&1 || [ -x /usr/bin/chromium ] || need+=(chromium)
@@ -15,6 +16,7 @@ done
 command -v dockerd >/dev/null 2>&1 || need+=(docker.io)
 command -v debootstrap >/dev/null 2>&1 || need+=(debootstrap)
 command -v git >/dev/null 2>&1 || need+=(git)
+case "$(/sbin/ldconfig -p 2>/dev/null)" in *"libjemalloc.so.2 "*) ;; *) need+=(libjemalloc2) ;; esac
 [ ${#need[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
   echo "installing Debian packages for the tests: ${need[*]} ..."

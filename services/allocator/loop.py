@@ -301,7 +301,8 @@ class ControlLoop:
         with self._lock:
             release, self._release_pending = self._release_pending, False
         if release:  # thousands of intents left: give their memory back, once this tick's
-            release_freed_memory()  # caches and gauges dropped theirs
+            self.store.release_memory()  # caches and gauges dropped theirs
+            release_freed_memory()
         return snapshot
 
     def _current_intents(

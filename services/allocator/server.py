@@ -34,6 +34,7 @@ from services.common.grpc_server import (
     wait_for_shutdown_signal,
 )
 from services.common.logs import configure_logging
+from services.common.malloc import active_malloc
 from services.common.memory import freeze_startup_objects
 from services.core import convert, model
 from services.core.policies.registry import list_policies
@@ -115,6 +116,7 @@ class AllocatorServicer(allocator_pb2_grpc.AllocatorServiceServicer):
             request.intent, known_lanes=self.known_lanes, default_node=self.node_name
         )
         result = await self.store.submit_async(intent)
+        self._drop_lists()
         return allocator_pb2.SubmitIntentResponse(
             intent=result.intent, already_existed=result.already_existed
         )
@@ -146,10 +148,18 @@ class AllocatorServicer(allocator_pb2_grpc.AllocatorServiceServicer):
             self._lists[cls] = (version, wire)
         return wire
 
+    def _drop_lists(self) -> None:
+        """The store changed: no held ListIntents reply can be served again (each is for one
+        version), and one of 10,000 intents is a megabyte kept for nothing."""
+        if self._lists:
+            with self._lists_lock:
+                self._lists.clear()
+
     async def DeleteIntent(self, request: Any, context: Any) -> Any:  # noqa: N802
         if not request.id:
             raise InvalidArgument("required", field="id")
         await self.store.delete_async(request.id)  # NotFound for an unknown id
+        self._drop_lists()
         self.loop.metrics.forget([request.id])
         return allocator_pb2.DeleteIntentResponse(deleted=True)
 
@@ -424,6 +434,7 @@ def main(argv: list[str] | None = None) -> None:
             "metrics_port": running.server.metrics_port,
             "db": str(running.handle.store.path),
             "frozen_objects": freeze_startup_objects(),
+            "malloc": active_malloc(),  # jemalloc where preloaded (common/malloc.py)
         },
     )
     wait_for_shutdown_signal()

@@ -221,6 +221,12 @@ class IntentStore:
             row = self._db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
         return None if row is None else str(row[0])
 
+    def release_memory(self) -> None:
+        """Hand back SQLite's page cache (up to 2 MB: the default cache_size), after a large
+        shrink; it fills again from the file as rows are read."""
+        with self._db_lock:
+            self._db.execute("PRAGMA shrink_memory")
+
     # --- writes (through the writer thread) --------------------------------------------------
 
     def submit(self, intent: intent_pb2.ResourceIntent) -> SubmitResult:

@@ -31,6 +31,7 @@ from prometheus_client.exposition import ThreadingWSGIServer
 
 from services.common.config import ServiceSettings
 from services.common.interceptors import ServiceInterceptor
+from services.common.malloc import active_malloc
 from services.common.memory import freeze_startup_objects
 
 log = logging.getLogger(__name__)
@@ -272,6 +273,7 @@ def serve_forever(
             "metrics_port": running.metrics_port,
             "services": ",".join(running.service_names),
             "frozen_objects": freeze_startup_objects(),
+            "malloc": active_malloc(),  # jemalloc where preloaded (common/malloc.py)
         },
     )
     wait_for_shutdown_signal()

@@ -4,7 +4,8 @@ After thousands of intents are deleted, their objects are freed but glibc's mall
 pages in its arenas: the process's RSS stays at its peak (the node agent stayed at about 250 MB
 after the store shrank). ``malloc_trim(0)`` returns the free pages at the top of each arena and
 the free whole pages inside them. It costs a few milliseconds, so callers use it only after a
-large shrink. Without glibc (musl, macOS) it does nothing.
+large shrink. Without glibc (musl, macOS) it does nothing. Where the service runs on jemalloc
+(services/common/malloc.py) every arena's free pages are purged instead.
 
 Freed objects are not all: a dict or set never shrinks its table when entries are removed, so
 one that held 10,000 intents keeps a table for 10,000 (hundreds of KB) after they are all
@@ -21,6 +22,8 @@ import functools
 import gc
 import logging
 from typing import Any
+
+from services.common.malloc import purge_jemalloc
 
 log = logging.getLogger(__name__)
 
@@ -56,8 +59,11 @@ class ShrinkWatch:
 
 
 def release_freed_memory() -> bool:
-    """Collect cycles, then return free heap pages to the OS; True when glibc did it."""
+    """Collect cycles, then return free heap pages to the OS; True when glibc or jemalloc
+    (services/common/malloc.py) did it."""
     gc.collect()
+    if purge_jemalloc():  # glibc's malloc_trim would only trim glibc's own, unused heap
+        return True
     libc = _libc()
     if libc is None:
         return False

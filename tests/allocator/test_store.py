@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import ctypes
+import ctypes.util
 import sqlite3
 import threading
 import time
@@ -360,3 +362,23 @@ def test_changes_since_names_what_changed_and_admits_a_gap(store: IntentStore) -
     store._journal.clear()  # the journal no longer reaches back: read everything
     assert store.changes_since(version) is None
     assert store.changes_since(now) == (now, {})
+
+
+def test_release_memory_hands_back_sqlites_page_cache(store: IntentStore) -> None:
+    library = ctypes.util.find_library("sqlite3")
+    if library is None:
+        pytest.skip("this Python's sqlite3 is not a shared libsqlite3 whose memory can be read")
+    sqlite = ctypes.CDLL(library)
+    sqlite.sqlite3_memory_used.restype = ctypes.c_int64
+
+    async def fill() -> None:  # one group commit after another, as the served submits are
+        for start in range(0, 4_000, 500):
+            await asyncio.gather(
+                *(store.submit_async(intent("web", f"web-{i}")) for i in range(start, start + 500))
+            )
+
+    asyncio.run(fill())
+    filled = sqlite.sqlite3_memory_used()
+    store.release_memory()
+    assert sqlite.sqlite3_memory_used() < filled - 1_000_000  # the ~2 MB cache, not a few pages
+    assert len(store) == 4_000 and store.get("web-3999").name == "web"  # nothing else changed

@@ -204,6 +204,14 @@ def test_every_service_is_healthy_as_the_non_root_user(stack: Stack) -> None:
     assert not any((stack.clone / d).exists() for d in ("run", "logs", "results"))
 
 
+def test_the_allocator_and_the_node_agent_run_on_the_images_jemalloc(stack: Stack) -> None:
+    # the Dockerfile installs libjemalloc2: both re-executed on it as their process 1
+    stack.wait_healthy(["allocator", "nodeagent"])
+    for name in ("allocator", "nodeagent"):
+        maps = stack.compose("exec", "-T", name, "cat", "/proc/1/maps")
+        assert maps.returncode == 0 and "libjemalloc.so.2" in maps.stdout, (name, maps.stderr)
+
+
 def test_image_holds_no_state(stack: Stack) -> None:
     listed = stack.engine.docker(
         "run", "--rm", "--network", "none", "--entrypoint", "ls", IMAGE, "-A", STATE_DIR
