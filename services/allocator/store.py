@@ -381,6 +381,9 @@ class IntentStore:
                     self._content[intent_id] = content or b""
             if self._shrink.shrunk(len(self._mirror)):  # see services/common/memory.py
                 self._mirror, self._content = dict(self._mirror), dict(self._content)
+                # the ids of the thousands that left: a reader of an older version takes a
+                # snapshot instead (of what is left), and their memory goes back
+                self._journal.clear()
             if changes.mirror:
                 self.version += 1
                 self._journal.append((self.version, tuple(i for i, _, _ in changes.mirror)))

@@ -364,6 +364,19 @@ def test_changes_since_names_what_changed_and_admits_a_gap(store: IntentStore) -
     assert store.changes_since(now) == (now, {})
 
 
+def test_a_large_shrink_drops_the_journal_of_the_ids_that_left(store: IntentStore) -> None:
+    for i in range(600):
+        store.submit(intent("web", f"web-{i}"))
+    full = store.version
+    for i in range(599):  # 599 gone of 600: a large shrink (services/common/memory.py)
+        store.delete(f"web-{i}")
+    assert len(store) == 1
+    assert store.changes_since(full) is None  # the journal of those deletes is gone: snapshot
+    now = store.version
+    store.delete("web-599")
+    assert store.changes_since(now) == (now + 1, {"web-599": None})  # kept from then on
+
+
 def test_release_memory_hands_back_sqlites_page_cache(store: IntentStore) -> None:
     library = ctypes.util.find_library("sqlite3")
     if library is None:
