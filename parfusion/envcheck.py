@@ -3,7 +3,8 @@
 Nothing is changed: it reads /proc and /sys, asks NVML, and probes the ports this
 configuration will use (parfusion.endpoints: the same resolution as `parfusion up`, so
 PARFUSION_ALLOCATOR_PORT=51051 is checked as 51051). cgroup v2 is found by the node agent's own
-detection (services.nodeagent.cgroupfs.detect), so both report the same mount.
+detection (services.nodeagent.cgroupfs.detect), so both report the same mount; the malloc row
+comes from the services' own choice (services.common.malloc.planned_malloc).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 import psutil
 
 from parfusion.endpoints import Endpoint, endpoints
+from services.common.malloc import planned_malloc
 from services.nodeagent.cgroupfs import CgroupDetection, detect
 
 
@@ -60,6 +62,17 @@ def ports_row(where: Mapping[str, Endpoint]) -> tuple[str, str, bool]:
     return ("ports", f"free: {listed}", True)
 
 
+def malloc_row(environ: Mapping[str, str] | None = None) -> tuple[str, str, bool]:
+    """What the allocator and the node agent will run on (services/common/malloc.py)."""
+    try:
+        malloc, detail = planned_malloc(environ)
+    except SystemExit as exc:  # an unknown PARFUSION_MALLOC: the services refuse it too
+        return "malloc", str(exc), False
+    if malloc == "jemalloc":
+        return "malloc", f"jemalloc ({detail}) for the allocator and the node agent", True
+    return "malloc", f"CPython's allocator: {detail}", False
+
+
 def _nvml() -> str:
     try:
         import pynvml
@@ -93,6 +106,7 @@ def checks() -> list[tuple[str, str, bool]]:
         )
     )
     rows.append(cgroup_row(detect()))
+    rows.append(malloc_row())
     psi = _read("/proc/pressure/cpu")
     rows.append(("PSI", "available" if psi else "not available (/proc/pressure)", bool(psi)))
     autogroup = _read("/proc/sys/kernel/sched_autogroup_enabled")

@@ -23,6 +23,7 @@ import ctypes.util
 import functools
 import os
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 ENV = "PARFUSION_MALLOC"  # "jemalloc" (the default: where installed) or "system"
@@ -33,17 +34,29 @@ MALLOC_CONF = "background_thread:true,dirty_decay_ms:1000,muzzy_decay_ms:0,naren
 MALLCTL_ARENAS_ALL = 4096  # jemalloc 5's index for "every arena" in arena.<i>.* names
 
 
-def reexec_with_jemalloc(environ: dict[str, str] | None = None) -> None:
-    """Re-execute this interpreter's command line with jemalloc preloaded, where it is
-    installed and not already in use; returns when nothing is to be done."""
+def planned_malloc(environ: Mapping[str, str] | None = None) -> tuple[str, str]:
+    """What the allocator and the node agent will run on with this environment, and why:
+    ("jemalloc", the library's name) or ("pymalloc", the reason); also for `check-env`."""
     env = os.environ if environ is None else environ
     choice = env.get(ENV, "jemalloc")
     if choice not in ("jemalloc", "system"):
         raise SystemExit(f"{ENV}={choice!r}: expected 'jemalloc' or 'system'")
-    if choice == "system" or "jemalloc" in env.get("LD_PRELOAD", ""):
-        return
+    if choice == "system":
+        return "pymalloc", f"{ENV}=system"
     library = ctypes.util.find_library("jemalloc")
     if library is None:
+        return "pymalloc", "libjemalloc.so.2 not installed (Debian: libjemalloc2)"
+    return "jemalloc", library
+
+
+def reexec_with_jemalloc(environ: Mapping[str, str] | None = None) -> None:
+    """Re-execute this interpreter's command line with jemalloc preloaded, where it is
+    installed and not already in use; returns when nothing is to be done."""
+    env = os.environ if environ is None else environ
+    if "jemalloc" in env.get("LD_PRELOAD", "") and env.get(ENV, "jemalloc") == "jemalloc":
+        return  # preloaded: this is the re-executed process (or the caller preloaded it)
+    malloc, library = planned_malloc(env)
+    if malloc != "jemalloc":
         return
     preload = " ".join(p for p in (library, env.get("LD_PRELOAD", "")) if p)
     extra = {"LD_PRELOAD": preload, "PYTHONMALLOC": "malloc"}

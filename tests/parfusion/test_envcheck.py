@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes.util
 import socket
 from pathlib import Path
 
@@ -55,3 +56,20 @@ def test_ports_are_the_configured_ones(home: Path) -> None:
         assert not ok and f"in use: allocator:{taken} " in finding
     _, finding, ok = envcheck.ports_row(only)
     assert ok and finding.startswith(f"free: allocator:{taken}, allocator:")
+
+
+def test_the_malloc_row_is_the_services_own_choice() -> None:
+    here = envcheck.malloc_row({})
+    if ctypes.util.find_library("jemalloc"):
+        assert here == (
+            "malloc",
+            "jemalloc (libjemalloc.so.2) for the allocator and the node agent",
+            True,
+        )
+    else:
+        assert here[1].startswith("CPython's allocator: libjemalloc.so.2 not installed")
+    assert envcheck.malloc_row({"PARFUSION_MALLOC": "system"}) == (
+        "malloc", "CPython's allocator: PARFUSION_MALLOC=system", False,
+    )  # fmt: skip
+    _, finding, ok = envcheck.malloc_row({"PARFUSION_MALLOC": "tcmalloc"})
+    assert not ok and finding.startswith("PARFUSION_MALLOC='tcmalloc': expected")
