@@ -243,6 +243,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-intents", type=int, default=0, help=argparse.SUPPRESS)
     ns = parser.parse_args(argv)
     if ns.serve is not None:
+        from services.common.malloc import reexec_with_jemalloc
+
+        reexec_with_jemalloc()  # the allocator's own malloc (its __main__ does the same)
         serve(ns.serve, ns.synchronous, ns.with_loop, ns.max_intents)
         return 0
     with tempfile.TemporaryDirectory(prefix="parfusion-bench-") as home:

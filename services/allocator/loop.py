@@ -32,6 +32,7 @@ from services.allocator.peers import GpuLaneClient, NodeAgentClient
 from services.allocator.store import IntentStore
 from services.allocator.store_batch import StoredIntent
 from services.allocator.watch import PlanChanges, PlanFeed, PlanSnapshot
+from services.common.malloc import FlushPoint
 from services.common.memory import ShrinkWatch, release_freed_memory
 from services.core import convert, model
 from services.core.policies.base import Policy
@@ -200,11 +201,13 @@ class ControlLoop:
 
     def _run(self) -> None:
         next_at = self._clock()
+        flush = FlushPoint()  # this thread's malloc cache, emptied after a large shrink
         while not self._stop.is_set():
             try:
                 self.tick(overlap=True)
             except Exception:  # the loop must outlive any single bad tick
                 log.exception("tick failed")
+            flush()
             next_at += self.config.tick_s
             now = self._clock()
             if next_at < now:  # overran: start the next tick now rather than bursting to catch up

@@ -61,6 +61,7 @@ from services.allocator.store_file import (
     unreadable,
 )
 from services.common.errors import FailedPrecondition, NotFound, Unavailable
+from services.common.malloc import FlushPoint
 from services.common.memory import ShrinkWatch
 
 log = logging.getLogger(__name__)
@@ -69,6 +70,9 @@ MAX_BATCH = 256  # changes committed together at most
 WRITER_CHECK_S = 1.0  # a blocked caller checks this often that the writer thread is alive
 DEFAULT_MAX_INTENTS = 10_000  # allocator setting max_intents
 JOURNAL_VERSIONS = 1024  # versions whose changed ids changes_since can name
+# ...naming at most as many ids as the store holds, or this many: a reader further behind takes
+# a snapshot, which costs no more than those changes, and the ids of intents long deleted go
+JOURNAL_IDS_FLOOR = 256
 
 
 class IntentStore:
@@ -99,9 +103,8 @@ class IntentStore:
         self._shrink = ShrinkWatch()  # the mirror's tables are rebuilt after a large shrink
         self.version = 0
         # (version, ids it changed) for the last JOURNAL_VERSIONS versions: changes_since
-        self._journal: collections.deque[tuple[int, tuple[str, ...]]] = collections.deque(
-            maxlen=JOURNAL_VERSIONS
-        )
+        self._journal: collections.deque[tuple[int, tuple[str, ...]]] = collections.deque()
+        self._journal_ids = 0  # ids it names, in all
         self.skipped_rows = 0
         self._db = open_store_db(self.path, synchronous)
         try:
@@ -203,6 +206,18 @@ class IntentStore:
                 ids.update(changed)
             mirror = self._mirror
             return now, {intent_id: mirror.get(intent_id) for intent_id in ids}
+
+    def _journal_append(self, ids: tuple[str, ...]) -> None:
+        """This version's ids into the journal, the oldest versions out past its bounds (the
+        caller holds the lock)."""
+        journal = self._journal
+        journal.append((self.version, ids))
+        self._journal_ids += len(ids)
+        most = max(len(self._mirror), JOURNAL_IDS_FLOOR)
+        while journal and (len(journal) > JOURNAL_VERSIONS or self._journal_ids > most):
+            self._journal_ids -= len(journal.popleft()[1])
+        if not journal:
+            self._journal_ids = 0
 
     def __len__(self) -> int:
         with self._lock:
@@ -337,10 +352,12 @@ class IntentStore:
         """The writer thread: commit everything queued, answer its callers, repeat; on close,
         drain the queue first. An op is queued only while not closing, and the writer leaves only
         when closing with an empty queue, so no op is left unanswered."""
+        flush = FlushPoint()  # this thread's malloc cache, emptied after a large shrink
         while True:
             with self._wake:
                 while not self._ops and not self._closing:
-                    self._wake.wait()
+                    self._wake.wait(1.0)  # idle: wakes to flush its cache when asked
+                    flush()
                 if not self._ops:
                     return
                 batch = [self._ops.popleft() for _ in range(min(len(self._ops), MAX_BATCH))]
@@ -381,12 +398,9 @@ class IntentStore:
                     self._content[intent_id] = content or b""
             if self._shrink.shrunk(len(self._mirror)):  # see services/common/memory.py
                 self._mirror, self._content = dict(self._mirror), dict(self._content)
-                # the ids of the thousands that left: a reader of an older version takes a
-                # snapshot instead (of what is left), and their memory goes back
-                self._journal.clear()
             if changes.mirror:
                 self.version += 1
-                self._journal.append((self.version, tuple(i for i, _, _ in changes.mirror)))
+                self._journal_append(tuple(i for i, _, _ in changes.mirror))
             self.commits += 1
             self.committed_ops += len(batch)
 

@@ -31,7 +31,7 @@ from prometheus_client.exposition import ThreadingWSGIServer
 
 from services.common.config import ServiceSettings
 from services.common.interceptors import ServiceInterceptor
-from services.common.malloc import active_malloc
+from services.common.malloc import FlushPoint, active_malloc
 from services.common.memory import freeze_startup_objects
 
 log = logging.getLogger(__name__)
@@ -197,13 +197,14 @@ def start_grpc_server(
     return running
 
 
-def _probe_lag(loop: asyncio.AbstractEventLoop, due: float) -> None:
+def _probe_lag(loop: asyncio.AbstractEventLoop, due: float, flush: FlushPoint) -> None:
     """One lag sample, and the next probe's timer (a plain timer, not a task: nothing is left
-    pending when the loop closes)."""
+    pending when the loop closes); the loop thread's malloc cache emptied when asked."""
     now = loop.time()
     LOOP_LAG_SECONDS.observe(max(now - due, 0.0))
+    flush()
     due = now + LAG_PROBE_S
-    loop.call_at(due, _probe_lag, loop, due)
+    loop.call_at(due, _probe_lag, loop, due, flush)
 
 
 def _run_loop(loop: asyncio.AbstractEventLoop) -> None:
@@ -244,7 +245,7 @@ async def _start(
     await server.start()
     loop = asyncio.get_running_loop()
     due = loop.time() + LAG_PROBE_S
-    loop.call_at(due, _probe_lag, loop, due)
+    loop.call_at(due, _probe_lag, loop, due, FlushPoint())
     for name in [*names, ""]:
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     return server, bound, health_servicer, names

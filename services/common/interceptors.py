@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import Executor
@@ -26,6 +27,7 @@ import grpc
 from prometheus_client import Counter, Histogram
 
 from services.common.errors import DomainError, InvalidArgument, Unauthenticated
+from services.common.malloc import FlushPoint
 from services.common.tokens import bearer, token_matches
 
 log = logging.getLogger(__name__)
@@ -141,6 +143,19 @@ class ThreadContext:
 
 
 _THREAD_CONTEXT = ThreadContext()
+_POOL_THREAD = threading.local()  # per pool worker: its FlushPoint
+
+
+def _in_pool(fn: Callable[[Any, Any], Any], request: Any) -> Any:
+    """A plain method in a pool worker; the worker's malloc cache emptied after it when asked
+    (services/common/malloc.py: a worker may then wait idle for long)."""
+    try:
+        return fn(request, _THREAD_CONTEXT)
+    finally:
+        flush = getattr(_POOL_THREAD, "flush", None)
+        if flush is None:
+            flush = _POOL_THREAD.flush = FlushPoint()
+        flush()
 
 
 class _Outcome:
@@ -239,9 +254,7 @@ class ServiceInterceptor(grpc.aio.ServerInterceptor):
         else:
 
             def run(request: Any, context: Any) -> Awaitable[Any]:
-                return asyncio.get_running_loop().run_in_executor(
-                    pool, fn, request, _THREAD_CONTEXT
-                )
+                return asyncio.get_running_loop().run_in_executor(pool, _in_pool, fn, request)
 
         token = self._token
 

@@ -5,8 +5,9 @@ when every block in it is free; glibc's malloc returns little of a fragmented he
 After 10,000 intents were submitted and deleted, the few objects made during the churn that
 lived on kept the allocator and the node agent at +54-75 % of their start RSS
 (docs/performance.md, "memory after the deletes"). With every object taken from jemalloc
-instead (PYTHONMALLOC=malloc), a survivor holds one slab of a few pages, and jemalloc's
-background thread hands free pages back within a second.
+instead (PYTHONMALLOC=malloc), a survivor holds one slab of one page, and jemalloc's
+background thread hands free pages back within a second; the blocks each thread keeps cached
+are handed back after a large shrink too (FlushPoint, below).
 
 `reexec_with_jemalloc()` is called first thing by those services' `__main__`: where
 libjemalloc.so.2 is installed (Debian's libjemalloc2; the container image has it) and
@@ -29,8 +30,11 @@ from typing import Any
 ENV = "PARFUSION_MALLOC"  # "jemalloc" (the default: where installed) or "system"
 # free pages back after about a second, by jemalloc's own thread, without a lazy (MADV_FREE)
 # stage whose pages would still count in RSS; two arenas: the services' Python code allocates
-# under one interpreter lock, and fewer arenas leave fewer partly used slabs
-MALLOC_CONF = "background_thread:true,dirty_decay_ms:1000,muzzy_decay_ms:0,narenas:2"
+# under one interpreter lock, and fewer arenas leave fewer partly used slabs; slabs of one
+# page for every small size class: a block that lives on holds 4 KiB, not up to 28
+MALLOC_CONF = (
+    "background_thread:true,dirty_decay_ms:1000,muzzy_decay_ms:0,narenas:2,slab_sizes:1-4096:1"
+)
 MALLCTL_ARENAS_ALL = 4096  # jemalloc 5's index for "every arena" in arena.<i>.* names
 
 
@@ -87,15 +91,83 @@ def purge_jemalloc() -> bool:
 
 def jemalloc_stats() -> dict[str, float]:
     """MB jemalloc counts: live (allocated), in pages holding live blocks (active), resident,
-    mapped; empty without jemalloc."""
+    mapped, free blocks held in thread caches; empty without jemalloc."""
     mallctl = _mallctl()
     if mallctl is None:
         return {}
     epoch = ctypes.c_uint64(1)  # refreshes the statistics read below
     mallctl(b"epoch", None, None, ctypes.byref(epoch), ctypes.c_size_t(8))
     found: dict[str, float] = {}
-    for name in ("allocated", "active", "metadata", "resident", "mapped"):
+    names = {name: f"stats.{name}" for name in ("allocated", "active", "metadata", "resident")}
+    names |= {
+        "mapped": "stats.mapped",
+        "thread_caches": f"stats.arenas.{MALLCTL_ARENAS_ALL}.tcache_bytes",
+    }
+    for name, key in names.items():
         value, size = ctypes.c_size_t(0), ctypes.c_size_t(ctypes.sizeof(ctypes.c_size_t))
-        if mallctl(f"stats.{name}".encode(), ctypes.byref(value), ctypes.byref(size), None, 0) == 0:
+        if mallctl(key.encode(), ctypes.byref(value), ctypes.byref(size), None, 0) == 0:
             found[f"{name}_mb"] = value.value / 2**20
     return found
+
+
+# Thread caches: each thread keeps blocks it freed for its next allocations, and only that
+# thread can hand them back; a block held there keeps its slab's pages. A thread that passes
+# a point often (the event loop's timer, a control loop's tick) holds a FlushPoint there and
+# empties its cache once after each request_cache_flush() (a large shrink); a thread that
+# allocates seldom (a pool worker, a writer, the metrics server) calls
+# disable_thread_cache() as it starts and frees straight to its arena.
+_flush_requests = 0
+
+
+def request_cache_flush() -> None:
+    """Ask every FlushPoint's thread to empty its cache the next time it passes."""
+    global _flush_requests
+    _flush_requests += 1
+
+
+class FlushPoint:
+    """One thread's check, called where it passes often: empties the thread's cache once
+    after each request_cache_flush()."""
+
+    __slots__ = ("_seen",)
+
+    def __init__(self) -> None:
+        self._seen = _flush_requests
+
+    def __call__(self) -> None:
+        if self._seen != _flush_requests:
+            self._seen = _flush_requests
+            flush_thread_cache()
+
+
+def flush_thread_cache() -> bool:
+    """Hand the calling thread's cached free blocks back to their arenas; False without
+    jemalloc."""
+    mallctl = _mallctl()
+    if mallctl is None:
+        return False
+    return bool(mallctl(b"thread.tcache.flush", None, None, None, 0) == 0)
+
+
+def disable_thread_cache() -> bool:
+    """The calling thread allocates from and frees to its arena directly from now on; False
+    without jemalloc."""
+    mallctl = _mallctl()
+    if mallctl is None:
+        return False
+    flush_thread_cache()
+    off = ctypes.c_bool(False)
+    return bool(
+        mallctl(b"thread.tcache.enabled", None, None, ctypes.byref(off), ctypes.c_size_t(1)) == 0
+    )
+
+
+def thread_cache_enabled() -> bool | None:
+    """Whether the calling thread has a cache; None without jemalloc."""
+    mallctl = _mallctl()
+    if mallctl is None:
+        return None
+    value, size = ctypes.c_bool(False), ctypes.c_size_t(1)
+    if mallctl(b"thread.tcache.enabled", ctypes.byref(value), ctypes.byref(size), None, 0) != 0:
+        return None
+    return value.value

@@ -22,6 +22,7 @@ from pathlib import Path
 import msgspec
 
 from services.common.errors import FailedPrecondition, InvalidArgument, PermissionDenied
+from services.common.malloc import disable_thread_cache
 
 log = logging.getLogger(__name__)
 
@@ -236,6 +237,7 @@ class PlanRecorder:
         self._write(rec)
 
     def _run(self) -> None:
+        disable_thread_cache()  # a record a second at most: no cache to keep freed blocks in
         with self._cond:
             while not self._closed:
                 if self._waiting is None:

@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 
 from parfusion.v1 import intent_pb2, nodeagent_pb2, telemetry_pb2
 from services.common.errors import FailedPrecondition, InvalidArgument
+from services.common.malloc import FlushPoint
 from services.core.convert import DEGRADATION_TO_MODEL
 from services.nodeagent import metrics
 from services.nodeagent.allocation import check_allocation, check_unique
@@ -99,10 +100,12 @@ class ModeledBackend:
         intents. When a step takes longer than the time it simulates (10,000 intents on a small
         machine), the model skips what it cannot simulate (counted) and the thread sleeps as
         long as it worked, so the simulation takes at most about half a core."""
+        flush = FlushPoint()  # this thread's malloc cache, emptied after a large shrink
         while not self._stopping.is_set():
             began = time.monotonic()
             with self._lock:
                 self._advance(BACKGROUND_MAX_LAG_S, self._let_rpcs_in)
+            flush()
             spent = time.monotonic() - began
             self._stopping.wait(max(BACKGROUND_STEP_S - spent, spent))
 

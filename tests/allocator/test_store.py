@@ -17,7 +17,7 @@ from prometheus_client import REGISTRY
 
 from parfusion.v1 import intent_pb2
 from services.allocator import store as store_module
-from services.allocator.store import MAX_BATCH, IntentStore
+from services.allocator.store import JOURNAL_IDS_FLOOR, MAX_BATCH, IntentStore
 from services.allocator.store_batch import Op, SubmitResult
 from services.allocator.store_batch import execute as real_execute
 from services.common.errors import AlreadyExists, FailedPrecondition, NotFound, Unavailable
@@ -364,17 +364,24 @@ def test_changes_since_names_what_changed_and_admits_a_gap(store: IntentStore) -
     assert store.changes_since(now) == (now, {})
 
 
-def test_a_large_shrink_drops_the_journal_of_the_ids_that_left(store: IntentStore) -> None:
+def test_the_journal_names_no_more_ids_than_the_store_holds_or_its_floor(
+    store: IntentStore,
+) -> None:
     for i in range(600):
         store.submit(intent("web", f"web-{i}"))
     full = store.version
-    for i in range(599):  # 599 gone of 600: a large shrink (services/common/memory.py)
+    assert len(store.changes_since(full - 600)[1]) == 600  # 600 stored: all 600 versions kept
+    for i in range(599):  # one by one, 599 versions
         store.delete(f"web-{i}")
-    assert len(store) == 1
-    assert store.changes_since(full) is None  # the journal of those deletes is gone: snapshot
     now = store.version
+    assert len(store) == 1
+    assert store.changes_since(full) is None  # too far behind: a snapshot (of 1 intent)
+    assert store.changes_since(now - JOURNAL_IDS_FLOOR - 1) is None
+    since, changed = store.changes_since(now - JOURNAL_IDS_FLOOR)
+    assert since == now and len(changed) == JOURNAL_IDS_FLOOR
+    assert set(changed.values()) == {None}  # the last deletes, the ids of the earlier ones gone
     store.delete("web-599")
-    assert store.changes_since(now) == (now + 1, {"web-599": None})  # kept from then on
+    assert store.changes_since(now) == (now + 1, {"web-599": None})
 
 
 def test_release_memory_hands_back_sqlites_page_cache(store: IntentStore) -> None:
