@@ -31,7 +31,8 @@ services' memory again. Reported, per size:
 - bytes per tick on each link (allocator <-> nodeagent, allocator <-> gpulane, from
   parfusion_allocator_peer_bytes_total; WatchPlans from the messages received);
 - CPU (% of one core over the window) and RSS per service; RSS again after every intent is
-  deleted (memory should return to within 10 % of the start).
+  deleted (memory should return to within 10 % of the start), with its anonymous part beside
+  it (RSS counts the libraries' file pages too, more of them touched as more calls come).
 
 `--intents 0` is the reference: the same harness and load on a store that starts empty.
 
@@ -326,6 +327,17 @@ def rss_mb(procs: dict[str, psutil.Process]) -> dict[str, float]:
     return {name: p.memory_info().rss / 2**20 for name, p in procs.items()}
 
 
+def anon_mb(procs: dict[str, psutil.Process]) -> dict[str, float]:
+    """The anonymous part of each RSS (/proc/PID/status RssAnon): what the process holds, apart
+    from the file pages (its libraries' code and data, first touched as calls come) in RSS."""
+    found = {}
+    for name, p in procs.items():
+        status = Path(f"/proc/{p.pid}/status").read_text()
+        kib = next(line.split()[1] for line in status.splitlines() if line.startswith("RssAnon:"))
+        found[name] = int(kib) / 1024
+    return found
+
+
 def malloc_of(procs: dict[str, psutil.Process]) -> dict[str, str]:
     """Which malloc each service runs on (services/common/malloc.py): jemalloc where mapped."""
     return {
@@ -426,7 +438,7 @@ def measure(stack: Any, home: Path, intents: list[Any], args: argparse.Namespace
     channel = grpc.insecure_channel(stack.address("allocator"))
     stub = allocator_pb2_grpc.AllocatorServiceStub(channel)
     time.sleep(2.0)
-    rss_start = rss_mb(procs)
+    rss_start, anon_start = rss_mb(procs), anon_mb(procs)
     started = time.perf_counter()
     submit_all(stub, intents)
     load_s = time.perf_counter() - started
@@ -531,7 +543,7 @@ def measure(stack: Any, home: Path, intents: list[Any], args: argparse.Namespace
         )
     wait_for_plan(stub, 0)
     time.sleep(args.settle)
-    rss_end = rss_mb(procs)
+    rss_end, anon_end = rss_mb(procs), anon_mb(procs)
     channel.close()
 
     # from the tick histogram itself, like its buckets: the ticks counter moves mid-tick and the
@@ -603,6 +615,9 @@ def measure(stack: Any, home: Path, intents: list[Any], args: argparse.Namespace
             name: {"start": rss_start[name], "peak": peak[name], "after_delete": rss_end[name]}
             for name in procs
         },
+        "rss_anon_mb": {
+            name: {"start": anon_start[name], "after_delete": anon_end[name]} for name in procs
+        },
         "malloc": malloc_of(procs),
     }
 
@@ -643,11 +658,13 @@ def table(rows: list[dict[str, Any]]) -> str:
         "| watch plans / ticks, bytes per plan "
         "| bytes/tick agent out / in "
         "| bytes/tick gpulane out / in | CPU % alloc / agent / gpulane "
-        "| RSS MB alloc / agent: start, peak, after delete |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| RSS MB alloc / agent: start, peak, after delete "
+        "| of it anonymous MB alloc / agent: start, after delete |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         b, cpu, rss, server = r["bytes_per_tick"], r["cpu_percent"], r["rss_mb"], r["server_ms"]
+        anon = r["rss_anon_mb"]
         lines.append(
             f"| {r['intents']:,} | {r['tick_ms']['p50']:.0f} / {r['tick_ms']['p99']:.0f}"
             f"{ratio(r, lambda x: x['tick_ms']['p99'])} | {r['period_ms']['p99']:.0f} "
@@ -665,7 +682,9 @@ def table(rows: list[dict[str, Any]]) -> str:
             f"| {cpu['allocator']:.0f} / {cpu['nodeagent']:.0f} / {cpu['gpulane']:.0f} "
             f"| {rss['allocator']['start']:.0f}, {rss['allocator']['peak']:.0f}, "
             f"{rss['allocator']['after_delete']:.0f} / {rss['nodeagent']['start']:.0f}, "
-            f"{rss['nodeagent']['peak']:.0f}, {rss['nodeagent']['after_delete']:.0f} |"
+            f"{rss['nodeagent']['peak']:.0f}, {rss['nodeagent']['after_delete']:.0f} "
+            f"| {anon['allocator']['start']:.0f}, {anon['allocator']['after_delete']:.0f} / "
+            f"{anon['nodeagent']['start']:.0f}, {anon['nodeagent']['after_delete']:.0f} |"
         )
     return "\n".join(lines)
 

@@ -151,6 +151,9 @@ def test_bench_system_drives_the_real_stack_and_reports_every_column(
     # the services whose state churns re-executed on jemalloc where it is installed
     expected = "jemalloc" if ctypes.util.find_library("jemalloc") else "pymalloc"
     assert row["malloc"] == {"allocator": expected, "nodeagent": expected, "gpulane": "pymalloc"}
+    for name, anon in row["rss_anon_mb"].items():  # a part of the RSS, read beside it
+        assert 0 < anon["start"] < row["rss_mb"][name]["start"]
+        assert 0 < anon["after_delete"] < row["rss_mb"][name]["after_delete"]
 
 
 @pytest.mark.slow
