@@ -25,6 +25,7 @@ give the same requests and the same latencies.
 
 from __future__ import annotations
 
+import collections
 import math
 import zlib
 from collections.abc import Callable, Iterable, Mapping
@@ -40,6 +41,7 @@ from services.sim.stats import IntentStats
 from services.sim.workload import Assignment, WorkloadProfile
 
 MAX_STEP_S = 0.25
+LEFT_IDS_KEPT = 4096  # ids that left whose next run still gets a stream of its own
 PAUSE_EVERY = 64
 BATCH_SAMPLES_PER_STEP = 8  # item service-time samples a batch pool reports per step
 
@@ -55,6 +57,7 @@ class IntentRun:
     mean_service_ms: float = 0.0  # median service time under the last step's conditions
     gpu_set: tuple[int, ...] = ()
     started_s: float = 0.0  # model time the node started running the intent
+    incarnation: int = 0  # how many earlier runs of the same id the node remembers
 
 
 class ModeledNode:
@@ -70,7 +73,9 @@ class ModeledNode:
         self.removed_completed = 0
         self.removed_dropped = 0
         self.retired: list[IntentRun] = []  # deleted intents' runs, kept when keep_history
-        self._incarnations: dict[str, int] = {}
+        # the incarnation of the last run of ids that left, the last LEFT_IDS_KEPT of them: a
+        # node serving for days sees ids come and go by the million
+        self._left: collections.OrderedDict[str, int] = collections.OrderedDict()
         self._shrink = ShrinkWatch()  # `runs` is rebuilt after a large shrink
         self._all_gpus = tuple(range(params.gpu_count))
 
@@ -120,8 +125,7 @@ class ModeledNode:
         # One stream per intent (and per re-submission of the same id): adding or removing an
         # intent never shifts another intent's requests, so policies see the same arrivals.
         key = zlib.crc32(profile.intent_id.encode())
-        incarnation = self._incarnations.get(profile.intent_id, 0)
-        self._incarnations[profile.intent_id] = incarnation + 1
+        incarnation = self._left.pop(profile.intent_id, -1) + 1
         rng = np.random.default_rng(np.random.SeedSequence([self.seed, key, incarnation]))
         queue = None if profile.is_batch else RequestQueue(rng, self.params.sigma)
         stats = IntentStats(
@@ -130,10 +134,20 @@ class ModeledNode:
             recent_max=self.params.recent_samples_max,
             keep_history=self.keep_history,
         )
-        return IntentRun(profile=profile, stats=stats, queue=queue, rng=rng, started_s=self.now_s)
+        return IntentRun(
+            profile=profile,
+            stats=stats,
+            queue=queue,
+            rng=rng,
+            started_s=self.now_s,
+            incarnation=incarnation,
+        )
 
     def _remove(self, intent_id: str) -> None:
         run = self.runs.pop(intent_id)
+        self._left[intent_id] = run.incarnation
+        if len(self._left) > LEFT_IDS_KEPT:
+            self._left.popitem(last=False)  # forgotten: back in a while, it starts over
         if run.queue is not None:
             run.stats.dropped += run.queue.drop_all()
             self.removed_arrived += run.queue.arrived

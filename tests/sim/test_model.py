@@ -248,3 +248,31 @@ def test_runs_table_is_rebuilt_after_most_intents_leave(params):
     node.change([], [p.intent_id for p in profiles if p.intent_id != "on-5"], True)
     assert list(node.runs) == ["on-5"] and node.runs["on-5"] is kept
     assert sys.getsizeof(node.runs) <= sys.getsizeof(dict.fromkeys(range(8))) < peak
+
+
+def _first_arrivals(node: ModeledNode, intent_id: str) -> list[float]:
+    return [float(node.runs[intent_id].rng.random()) for _ in range(3)]
+
+
+def test_a_resubmitted_id_gets_a_stream_of_its_own_and_departed_ids_are_bounded(
+    params, monkeypatch
+):
+    monkeypatch.setattr("services.sim.node.LEFT_IDS_KEPT", 8)
+    node = ModeledNode(params, seed=0)
+    node.set_profiles([online(params, "on")])
+    first = _first_arrivals(node, "on")
+    node.set_profiles([])
+    node.set_profiles([online(params, "on")])  # back: not its first life's stream
+    second = _first_arrivals(node, "on")
+    assert second != first
+    node.set_profiles([])
+    for i in range(20):  # 20 other ids come and go
+        node.set_profiles([online(params, f"other-{i}")])
+    node.set_profiles([])
+    assert len(node._left) == 8  # only the last 8 departed ids are remembered
+    node.set_profiles([online(params, "on")])  # forgotten: starts over from its first stream
+    assert _first_arrivals(node, "on") == first
+    fresh = ModeledNode(params, seed=0)
+    fresh.set_profiles([online(params, "other-19"), online(params, "on")])
+    node.set_profiles([online(params, "other-19"), online(params, "on")])
+    assert _first_arrivals(node, "other-19") != _first_arrivals(fresh, "other-19")  # remembered
