@@ -31,9 +31,12 @@ ENV = "PARFUSION_MALLOC"  # "jemalloc" (the default: where installed) or "system
 # free pages back after about a second, by jemalloc's own thread, without a lazy (MADV_FREE)
 # stage whose pages would still count in RSS; two arenas: the services' Python code allocates
 # under one interpreter lock, and fewer arenas leave fewer partly used slabs; slabs of one
-# page for every small size class: a block that lives on holds 4 KiB, not up to 28
+# page for every small size class: a block that lives on holds 4 KiB, not up to 28; thread
+# caches for blocks up to 4 KiB only (gRPC's own threads, whose caches nothing empties, cached
+# its buffers of up to 32 KiB)
 MALLOC_CONF = (
-    "background_thread:true,dirty_decay_ms:1000,muzzy_decay_ms:0,narenas:2,slab_sizes:1-4096:1"
+    "background_thread:true,dirty_decay_ms:1000,muzzy_decay_ms:0,narenas:2,"
+    "slab_sizes:1-4096:1,tcache_max:4096"
 )
 MALLCTL_ARENAS_ALL = 4096  # jemalloc 5's index for "every arena" in arena.<i>.* names
 
