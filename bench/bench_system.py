@@ -328,14 +328,12 @@ def rss_mb(procs: dict[str, psutil.Process]) -> dict[str, float]:
 
 
 def anon_mb(procs: dict[str, psutil.Process]) -> dict[str, float]:
-    """The anonymous part of each RSS (/proc/PID/status RssAnon): what the process holds, apart
-    from the file pages (its libraries' code and data, first touched as calls come) in RSS."""
-    found = {}
-    for name, p in procs.items():
-        status = Path(f"/proc/{p.pid}/status").read_text()
-        kib = next(line.split()[1] for line in status.splitlines() if line.startswith("RssAnon:"))
-        found[name] = int(kib) / 1024
-    return found
+    """The anonymous part of each RSS (RSS less its shared, file-backed pages: the libraries'
+    code and data, first touched as calls come): what the process itself holds."""
+    return {
+        name: (info.rss - info.shared) / 2**20
+        for name, info in ((name, p.memory_info()) for name, p in procs.items())
+    }
 
 
 def malloc_of(procs: dict[str, psutil.Process]) -> dict[str, str]:

@@ -216,8 +216,6 @@ class IntentStore:
         most = max(len(self._mirror), JOURNAL_IDS_FLOOR)
         while journal and (len(journal) > JOURNAL_VERSIONS or self._journal_ids > most):
             self._journal_ids -= len(journal.popleft()[1])
-        if not journal:
-            self._journal_ids = 0
 
     def __len__(self) -> int:
         with self._lock:

@@ -101,12 +101,11 @@ def jemalloc_stats() -> dict[str, float]:
     epoch = ctypes.c_uint64(1)  # refreshes the statistics read below
     mallctl(b"epoch", None, None, ctypes.byref(epoch), ctypes.c_size_t(8))
     found: dict[str, float] = {}
-    names = {name: f"stats.{name}" for name in ("allocated", "active", "metadata", "resident")}
-    names |= {
-        "mapped": "stats.mapped",
-        "thread_caches": f"stats.arenas.{MALLCTL_ARENAS_ALL}.tcache_bytes",
+    keys = {
+        name: f"stats.{name}" for name in ("allocated", "active", "metadata", "resident", "mapped")
     }
-    for name, key in names.items():
+    keys["thread_caches"] = f"stats.arenas.{MALLCTL_ARENAS_ALL}.tcache_bytes"
+    for name, key in keys.items():
         value, size = ctypes.c_size_t(0), ctypes.c_size_t(ctypes.sizeof(ctypes.c_size_t))
         if mallctl(key.encode(), ctypes.byref(value), ctypes.byref(size), None, 0) == 0:
             found[f"{name}_mb"] = value.value / 2**20
@@ -114,11 +113,11 @@ def jemalloc_stats() -> dict[str, float]:
 
 
 # Thread caches: each thread keeps blocks it freed for its next allocations, and only that
-# thread can hand them back; a block held there keeps its slab's pages. A thread that passes
-# a point often (the event loop's timer, a control loop's tick) holds a FlushPoint there and
-# empties its cache once after each request_cache_flush() (a large shrink); a thread that
-# allocates seldom (a pool worker, a writer, the metrics server) calls
-# disable_thread_cache() as it starts and frees straight to its arena.
+# thread can hand them back; a block held there keeps its slab's pages. A long-lived thread
+# holds a FlushPoint where it passes often (the event loop's timer, a tick, a pool worker's
+# method, an idle writer's timed wait) and empties its cache once after each
+# request_cache_flush() (a large shrink); a thread that allocates seldom and then waits
+# untimed (the cgroup record's writer) calls disable_thread_cache() as it starts.
 _flush_requests = 0
 
 
@@ -158,8 +157,7 @@ def disable_thread_cache() -> bool:
     mallctl = _mallctl()
     if mallctl is None:
         return False
-    flush_thread_cache()
-    off = ctypes.c_bool(False)
+    off = ctypes.c_bool(False)  # jemalloc flushes the cache as it turns it off
     return bool(
         mallctl(b"thread.tcache.enabled", None, None, ctypes.byref(off), ctypes.c_size_t(1)) == 0
     )

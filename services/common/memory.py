@@ -23,7 +23,7 @@ import gc
 import logging
 from typing import Any
 
-from services.common.malloc import flush_thread_cache, purge_jemalloc, request_cache_flush
+from services.common.malloc import purge_jemalloc, request_cache_flush
 
 log = logging.getLogger(__name__)
 
@@ -62,8 +62,7 @@ def release_freed_memory() -> bool:
     """Collect cycles, then return free heap pages to the OS; True when glibc or jemalloc
     (services/common/malloc.py) did it."""
     gc.collect()
-    flush_thread_cache()  # this thread's now; the other threads' as they next pass a FlushPoint
-    request_cache_flush()
+    request_cache_flush()  # every thread's malloc cache, as it next passes its FlushPoint
     if purge_jemalloc():  # glibc's malloc_trim would only trim glibc's own, unused heap
         return True
     libc = _libc()

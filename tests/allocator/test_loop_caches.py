@@ -63,6 +63,7 @@ def test_cached_ticks_equal_a_plan_built_afresh(steps: list[str], seed: int) -> 
                     made += 1
                     if seed % 2:  # the journal no longer reaching back: everything read
                         store._journal.clear()
+                        store._journal_ids = 0
                 elif step == "samples":
                     for intent_id in live:
                         loop.predictor.observe_many(intent_id, [20.0 + n, 22.0 + seed % 7], units=2)
