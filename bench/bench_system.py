@@ -33,6 +33,10 @@ services' memory again. Reported, per size:
 - CPU (% of one core over the window) and RSS per service; RSS again after every intent is
   deleted (memory should return to within 10 % of the start), with its anonymous part beside
   it (RSS counts the libraries' file pages too, more of them touched as more calls come).
+  The start is read after a warm-up (`--warmup`, 3 s: the same load on the empty store, its
+  intents deleted after), so that what the first calls of each kind take once (library pages,
+  connections, worker threads, caches) is not counted as left by the N intents; the cold
+  start, 2 s after the services came up, is reported beside it.
 
 `--intents 0` is the reference: the same harness and load on a store that starts empty.
 
@@ -422,27 +426,47 @@ def size_arguments(
 def run_case(n: int, args: argparse.Namespace) -> dict[str, Any]:
     rng = random.Random(7)
     intents = [make_intent(k, rng) for k in range(n)]
-    # room for the intents the load adds
-    room = n + int(args.rate * args.seconds) + 100
+    # room for the intents the load adds (the warm-up's are deleted before the n come)
+    room = n + int(args.rate * max(args.seconds, args.warmup)) + 100
     with bench_stack(SERVICES, room, args.backend) as (stack, home):
         return measure(stack, home, intents, args)
 
 
-def measure(stack: Any, home: Path, intents: list[Any], args: argparse.Namespace) -> dict[str, Any]:
-    n = len(intents)
-    procs = processes(home)
+# ids of the warm-up's submits: apart from every measured window's (n on, n below this)
+WARMUP_FIRST = 900_000
+
+
+@dataclass
+class Window:
+    """One load window: its calls, each stream's plans, the allocator's and the node agent's
+    metrics and every service's CPU times at its start and its end, and its length."""
+
+    submits: Calls
+    plans: Calls
+    watches: list[Watch]
+    before: dict[str, float]
+    after: dict[str, float]
+    agent_before: dict[str, float]
+    agent_after: dict[str, float]
+    cpu_before: dict[str, Any]
+    cpu_after: dict[str, Any]
+    seconds: float
+
+
+def load_window(
+    stack: Any,
+    procs: dict[str, psutil.Process],
+    channel: Any,
+    args: argparse.Namespace,
+    seconds: float,
+    first: int,
+    peak: dict[str, float],
+) -> Window:
+    """SubmitIntent (new ids from ``first`` on) and GetPlan at ``args.rate`` each for
+    ``seconds``, with the WatchPlans streams open; each service's highest RSS into ``peak``."""
+    stub = allocator_pb2_grpc.AllocatorServiceStub(channel)
     metrics_url = f"http://127.0.0.1:{stack.env['PARFUSION_ALLOCATOR_METRICS_PORT']}/metrics"
     agent_url = f"http://127.0.0.1:{stack.env['PARFUSION_NODEAGENT_METRICS_PORT']}/metrics"
-    channel = grpc.insecure_channel(stack.address("allocator"))
-    stub = allocator_pb2_grpc.AllocatorServiceStub(channel)
-    time.sleep(2.0)
-    rss_start, anon_start = rss_mb(procs), anon_mb(procs)
-    started = time.perf_counter()
-    submit_all(stub, intents)
-    load_s = time.perf_counter() - started
-    wait_for_plan(stub, n)
-    time.sleep(args.settle)
-
     submits, plans = Calls(), Calls()
     watches = [Watch() for _ in range(args.watchers)]
     deltas = args.watch == "deltas"
@@ -456,9 +480,9 @@ def measure(stack: Any, home: Path, intents: list[Any], args: argparse.Namespace
         options = {
             "deltas": deltas,
             "rate": args.rate,
-            "seconds": args.seconds,
+            "seconds": seconds,
             "conditional": conditional,
-            "first": n,
+            "first": first,
         }
         roles = ["watch"] * args.watchers + ["get_plan", "submit"]
         clients = [
@@ -492,22 +516,18 @@ def measure(stack: Any, home: Path, intents: list[Any], args: argparse.Namespace
         go.set()
     else:
         drivers = [
+            threading.Thread(target=submit_driver, args=(stub, submits, args.rate, seconds, first)),
             threading.Thread(
-                target=submit_driver, args=(stub, submits, args.rate, args.seconds, n)
-            ),
-            threading.Thread(
-                target=get_plan_driver,
-                args=(channel, plans, args.rate, args.seconds, conditional),
+                target=get_plan_driver, args=(channel, plans, args.rate, seconds, conditional)
             ),
         ]
     for t in drivers:
         t.start()
-    peak = dict(rss_start)
     # until the drivers are done (threads), or their window has passed (processes)
-    ends = window_start + args.seconds
+    ends = window_start + seconds
     while any(t.is_alive() for t in drivers) or (not drivers and time.perf_counter() < ends):
         for name, mb in rss_mb(procs).items():
-            peak[name] = max(peak[name], mb)
+            peak[name] = max(peak.get(name, 0.0), mb)
         time.sleep(0.5)
     for t in drivers:
         t.join()
@@ -530,7 +550,15 @@ def measure(stack: Any, home: Path, intents: list[Any], args: argparse.Namespace
             c.join(10)
     for t in watchers:
         t.join(5)
+    return Window(
+        submits, plans, watches, before, after, agent_before, agent_after, cpu_before, cpu_after,
+        window_s,
+    )  # fmt: skip
 
+
+def delete_all(stub: Any, settle: float) -> None:
+    """DeleteIntent for every stored intent, eight calls at a time; back when the plan is empty
+    and ``settle`` seconds more have passed."""
     stored = stub.ListIntents(allocator_pb2.ListIntentsRequest(), timeout=60).intents
     with ThreadPoolExecutor(8) as pool:
         list(
@@ -540,7 +568,33 @@ def measure(stack: Any, home: Path, intents: list[Any], args: argparse.Namespace
             )
         )
     wait_for_plan(stub, 0)
+    time.sleep(settle)
+
+
+def measure(stack: Any, home: Path, intents: list[Any], args: argparse.Namespace) -> dict[str, Any]:
+    n = len(intents)
+    procs = processes(home)
+    channel = grpc.insecure_channel(stack.address("allocator"))
+    stub = allocator_pb2_grpc.AllocatorServiceStub(channel)
+    time.sleep(2.0)
+    rss_cold, anon_cold = rss_mb(procs), anon_mb(procs)
+    if args.warmup > 0:
+        # the same load on the empty store first, its intents deleted after: every kind of
+        # call, connection and worker thread has been served once before memory is read, so
+        # what stays after the deletes below is what the intents left, not the first calls'
+        load_window(stack, procs, channel, args, args.warmup, WARMUP_FIRST, {})
+        delete_all(stub, args.settle)
+    rss_start, anon_start = rss_mb(procs), anon_mb(procs)
+    started = time.perf_counter()
+    submit_all(stub, intents)
+    load_s = time.perf_counter() - started
+    wait_for_plan(stub, n)
     time.sleep(args.settle)
+
+    peak = dict(rss_start)
+    window = load_window(stack, procs, channel, args, args.seconds, n, peak)
+    before, after, watches = window.before, window.after, window.watches
+    delete_all(stub, args.settle)
     rss_end, anon_end = rss_mb(procs), anon_mb(procs)
     channel.close()
 
@@ -568,7 +622,7 @@ def measure(stack: Any, home: Path, intents: list[Any], args: argparse.Namespace
         "intents": n,
         "backend": args.backend,
         "load_s": round(load_s, 1),
-        "window_s": round(window_s, 1),
+        "window_s": round(window.seconds, 1),
         "ticks": int(ticks),
         "tick_ms": {
             "p50": histogram_quantile(before, after, 0.5) * 1000.0,
@@ -583,15 +637,15 @@ def measure(stack: Any, home: Path, intents: list[Any], args: argparse.Namespace
         "watchers": len(watches),
         "watch_skipped_generations": skipped,
         "watch_bytes_per_plan": statistics.fmean(p[3] for p in window_plans) if window_plans else 0,
-        "submit": latency_row(submits),
-        "get_plan": latency_row(plans),
+        "submit": latency_row(window.submits),
+        "get_plan": latency_row(window.plans),
         "server_ms": {
             "submit": handling_ms(before, after, "SubmitIntent"),
             "get_plan": handling_ms(before, after, "GetPlan"),
         },
         # how late each service's event loop ran what was due: a call waits that long to start
         "loop_lag_ms": loop_lag_ms(before, after),
-        "agent_loop_lag_ms": loop_lag_ms(agent_before, agent_after),
+        "agent_loop_lag_ms": loop_lag_ms(window.agent_before, window.agent_after),
         "get_plan_mode": args.get_plan,
         "watch_mode": args.watch,
         "clients": args.clients,
@@ -603,18 +657,28 @@ def measure(stack: Any, home: Path, intents: list[Any], args: argparse.Namespace
         "cpu_percent": {
             name: 100.0
             * (
-                (cpu_after[name].user + cpu_after[name].system)
-                - (cpu_before[name].user + cpu_before[name].system)
+                (window.cpu_after[name].user + window.cpu_after[name].system)
+                - (window.cpu_before[name].user + window.cpu_before[name].system)
             )
-            / window_s
+            / window.seconds
             for name in procs
         },
         "rss_mb": {
-            name: {"start": rss_start[name], "peak": peak[name], "after_delete": rss_end[name]}
+            name: {
+                "cold": rss_cold[name],
+                "start": rss_start[name],
+                "peak": peak[name],
+                "after_delete": rss_end[name],
+            }
             for name in procs
         },
         "rss_anon_mb": {
-            name: {"start": anon_start[name], "after_delete": anon_end[name]} for name in procs
+            name: {
+                "cold": anon_cold[name],
+                "start": anon_start[name],
+                "after_delete": anon_end[name],
+            }
+            for name in procs
         },
         "malloc": malloc_of(procs),
     }
@@ -641,6 +705,15 @@ def latency_row(calls: Calls) -> dict[str, float]:
     }
 
 
+def memory(mb: dict[str, dict[str, float]], name: str, peak: bool = False) -> str:
+    """One service's memory cells: start (cold start), [peak,] after the deletes (+% of the
+    start)."""
+    m = mb[name]
+    grown = 100.0 * (m["after_delete"] / m["start"] - 1.0) if m["start"] else 0.0
+    middle = f"{m['peak']:.0f}, " if peak else ""
+    return f"{m['start']:.0f} ({m['cold']:.0f}), {middle}{m['after_delete']:.0f} ({grown:+.0f} %)"
+
+
 def table(rows: list[dict[str, Any]]) -> str:
     idle = next((r for r in rows if r["intents"] == 0), None)
 
@@ -656,8 +729,8 @@ def table(rows: list[dict[str, Any]]) -> str:
         "| watch plans / ticks, bytes per plan "
         "| bytes/tick agent out / in "
         "| bytes/tick gpulane out / in | CPU % alloc / agent / gpulane "
-        "| RSS MB alloc / agent: start, peak, after delete "
-        "| of it anonymous MB alloc / agent: start, after delete |",
+        "| RSS MB alloc / agent: start (cold), peak, after delete "
+        "| of it anonymous MB alloc / agent: start (cold), after delete |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
@@ -678,11 +751,8 @@ def table(rows: list[dict[str, Any]]) -> str:
             f"| {b['nodeagent_sent']:,.0f} / {b['nodeagent_received']:,.0f} "
             f"| {b['gpulane_sent']:,.0f} / {b['gpulane_received']:,.0f} "
             f"| {cpu['allocator']:.0f} / {cpu['nodeagent']:.0f} / {cpu['gpulane']:.0f} "
-            f"| {rss['allocator']['start']:.0f}, {rss['allocator']['peak']:.0f}, "
-            f"{rss['allocator']['after_delete']:.0f} / {rss['nodeagent']['start']:.0f}, "
-            f"{rss['nodeagent']['peak']:.0f}, {rss['nodeagent']['after_delete']:.0f} "
-            f"| {anon['allocator']['start']:.0f}, {anon['allocator']['after_delete']:.0f} / "
-            f"{anon['nodeagent']['start']:.0f}, {anon['nodeagent']['after_delete']:.0f} |"
+            f"| {memory(rss, 'allocator', peak=True)} / {memory(rss, 'nodeagent', peak=True)} "
+            f"| {memory(anon, 'allocator')} / {memory(anon, 'nodeagent')} |"
         )
     return "\n".join(lines)
 
@@ -692,6 +762,13 @@ def main() -> None:
     size_arguments(parser, seconds=15.0, settle=3.0, window="load window")
     parser.add_argument("--rate", type=float, default=100.0, help="SubmitIntent and GetPlan /s")
     parser.add_argument("--watchers", type=int, default=2, help="WatchPlans streams")
+    parser.add_argument(
+        "--warmup",
+        type=float,
+        default=3.0,
+        help="seconds of the same load on the empty store before the start's memory is read "
+        "(its intents deleted first); 0: the start is the cold one",
+    )
     parser.add_argument("--backend", default="modeled", choices=("modeled", "real"))
     parser.add_argument(
         "--get-plan",

@@ -128,10 +128,12 @@ def test_bench_system_drives_the_real_stack_and_reports_every_column(
 ) -> None:
     """A short run of the whole stack (real services, modeled node): every call answered, plans
     fresh, the allocator's own handling time read from its histogram beside the client's; the
-    GetPlan driver and the streams in processes of their own or in the harness's."""
+    GetPlan driver and the streams in processes of their own or in the harness's; memory read
+    cold and again after a warm-up on the empty store."""
     out = _run(
         "bench/bench_system.py", "--intents", "20", "--seconds", "2", "--settle", "1",
-        "--rate", "40", "--clients", clients, "--json", str(tmp_path / "system.json"),
+        "--rate", "40", "--warmup", "1", "--clients", clients,
+        "--json", str(tmp_path / "system.json"),
     )  # fmt: skip
     row = json.loads((tmp_path / "system.json").read_text())[0]
     assert row["clients"] == clients
@@ -152,6 +154,7 @@ def test_bench_system_drives_the_real_stack_and_reports_every_column(
     expected = "jemalloc" if ctypes.util.find_library("jemalloc") else "pymalloc"
     assert row["malloc"] == {"allocator": expected, "nodeagent": expected, "gpulane": "pymalloc"}
     for name, anon in row["rss_anon_mb"].items():  # a part of the RSS, read beside it
+        assert 0 < anon["cold"] < row["rss_mb"][name]["cold"]
         assert 0 < anon["start"] < row["rss_mb"][name]["start"]
         assert 0 < anon["after_delete"] < row["rss_mb"][name]["after_delete"]
 
