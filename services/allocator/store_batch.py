@@ -169,6 +169,7 @@ class Changes:
         intent.created_at.CopyFrom(created)
         seq = self.next_seq
         self.next_seq += 1
+        body = intent.SerializeToString(deterministic=True)
         self._add(
             "insert",
             (
@@ -180,9 +181,12 @@ class Changes:
                 intent.node,
                 created.ToNanoseconds(),
                 key,
-                intent.SerializeToString(deterministic=True),
+                body,
             ),
         )
+        # the message kept is parsed from its row's body: its arena holds just the intent (the
+        # copy edited above grew its arena, to about 1.6 KB for a 90-byte intent, 1.1 parsed)
+        intent = intent_pb2.ResourceIntent.FromString(body)
         stored = StoredIntent(seq, intent)
         self.pending[intent.id] = (stored, key)
         self.mirror.append((intent.id, stored, key))
