@@ -22,6 +22,8 @@ services' memory again. Reported, per size:
   parfusion_grpc_request_duration_seconds histogram: what the client sees less the transport and
   this harness's own process); with `--get-plan conditional` every GetPlan names the generation of the
   last reply (`known_generation`), as a poller would, and gets the plans only when they changed;
+  with `--get-plan delta` it asks for deltas as well (`deltas`), and a plan that follows the one
+  it holds comes as what changed;
 - the event-loop lag of the allocator and the node agent, p50 / p99
   (parfusion_event_loop_lag_seconds: how late each one's loop ran a timer that was due; a call
   served on it waits about that long to start);
@@ -242,13 +244,12 @@ def watch(stub: Any, into: Watch, stop: Any, deltas: bool) -> None:
         pass  # cancelled at the end
 
 
-def get_plan_driver(
-    channel: Any, calls: Calls, rate: float, seconds: float, conditional: bool
-) -> None:
+def get_plan_driver(channel: Any, calls: Calls, rate: float, seconds: float, mode: str) -> None:
     """GetPlan at `rate` per second for `seconds`, its reply taken as bytes, not parsed: at
     10,000 intents parsing 1.8 MB a hundred times a second would take this client's share of
-    the machine, not the server's latency. Conditional: each call names the generation of the
-    last reply (known_generation), as a poller would."""
+    the machine, not the server's latency. `conditional`: each call names the generation of the
+    last reply (known_generation), as a poller would; `delta`: and asks for deltas."""
+    conditional = mode in ("conditional", "delta")
     get_plan_raw = channel.unary_unary(
         "/parfusion.v1.AllocatorService/GetPlan",
         request_serializer=allocator_pb2.GetPlanRequest.SerializeToString,
@@ -261,6 +262,7 @@ def get_plan_driver(
         request = allocator_pb2.GetPlanRequest()
         if conditional:
             request.known_generation = held[0]
+            request.deltas = mode == "delta"
         future = get_plan_raw.future(request, timeout=10)
 
         def done(f: Any, t0: float = t0) -> None:
@@ -315,7 +317,7 @@ def client_process(
             submit_driver(stub, calls, options["rate"], options["seconds"], options["first"])
         else:
             get_plan_driver(
-                channel, calls, options["rate"], options["seconds"], options["conditional"]
+                channel, calls, options["rate"], options["seconds"], options["get_plan"]
             )
         time.sleep(1.0)  # the last replies
         results.put((role, (calls.latencies_ms, calls.failed)))
@@ -470,7 +472,6 @@ def load_window(
     submits, plans = Calls(), Calls()
     watches = [Watch() for _ in range(args.watchers)]
     deltas = args.watch == "deltas"
-    conditional = args.get_plan == "conditional"
     if args.clients == "process":
         # each WatchPlans stream and each driver a client process of its own, as the dashboard,
         # the extender, pollers and submitters are: they share the cores, not this interpreter
@@ -481,7 +482,7 @@ def load_window(
             "deltas": deltas,
             "rate": args.rate,
             "seconds": seconds,
-            "conditional": conditional,
+            "get_plan": args.get_plan,
             "first": first,
         }
         roles = ["watch"] * args.watchers + ["get_plan", "submit"]
@@ -518,7 +519,7 @@ def load_window(
         drivers = [
             threading.Thread(target=submit_driver, args=(stub, submits, args.rate, seconds, first)),
             threading.Thread(
-                target=get_plan_driver, args=(channel, plans, args.rate, seconds, conditional)
+                target=get_plan_driver, args=(channel, plans, args.rate, seconds, args.get_plan)
             ),
         ]
     for t in drivers:
@@ -773,9 +774,11 @@ def main() -> None:
     parser.add_argument(
         "--get-plan",
         default="full",
-        choices=("full", "conditional"),
+        choices=("full", "conditional", "delta"),
         help="full: every GetPlan fetches the plans; conditional: each names the generation "
-        "of the last reply (known_generation) and gets the plans only when they changed",
+        "of the last reply (known_generation) and gets the plans only when they changed; "
+        "delta: and asks for deltas (deltas), a plan that follows the one held coming as what "
+        "changed",
     )
     parser.add_argument(
         "--watch",

@@ -64,13 +64,15 @@ class DeleteIntentResponse(_message.Message):
     def __init__(self, deleted: _Optional[bool] = ...) -> None: ...
 
 class GetPlanRequest(_message.Message):
-    __slots__ = ("known_generation",)
+    __slots__ = ("known_generation", "deltas")
     KNOWN_GENERATION_FIELD_NUMBER: _ClassVar[int]
+    DELTAS_FIELD_NUMBER: _ClassVar[int]
     known_generation: int
-    def __init__(self, known_generation: _Optional[int] = ...) -> None: ...
+    deltas: bool
+    def __init__(self, known_generation: _Optional[int] = ..., deltas: _Optional[bool] = ...) -> None: ...
 
 class GetPlanResponse(_message.Message):
-    __slots__ = ("node_plan", "gpu_plan", "node_stale", "last_telemetry_at", "policy", "generation", "unchanged")
+    __slots__ = ("node_plan", "gpu_plan", "node_stale", "last_telemetry_at", "policy", "generation", "unchanged", "base_generation", "removed_intent_ids")
     NODE_PLAN_FIELD_NUMBER: _ClassVar[int]
     GPU_PLAN_FIELD_NUMBER: _ClassVar[int]
     NODE_STALE_FIELD_NUMBER: _ClassVar[int]
@@ -78,6 +80,8 @@ class GetPlanResponse(_message.Message):
     POLICY_FIELD_NUMBER: _ClassVar[int]
     GENERATION_FIELD_NUMBER: _ClassVar[int]
     UNCHANGED_FIELD_NUMBER: _ClassVar[int]
+    BASE_GENERATION_FIELD_NUMBER: _ClassVar[int]
+    REMOVED_INTENT_IDS_FIELD_NUMBER: _ClassVar[int]
     node_plan: _intent_pb2.NodePlan
     gpu_plan: _intent_pb2.GpuPlan
     node_stale: bool
@@ -85,7 +89,9 @@ class GetPlanResponse(_message.Message):
     policy: str
     generation: int
     unchanged: bool
-    def __init__(self, node_plan: _Optional[_Union[_intent_pb2.NodePlan, _Mapping]] = ..., gpu_plan: _Optional[_Union[_intent_pb2.GpuPlan, _Mapping]] = ..., node_stale: _Optional[bool] = ..., last_telemetry_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., policy: _Optional[str] = ..., generation: _Optional[int] = ..., unchanged: _Optional[bool] = ...) -> None: ...
+    base_generation: int
+    removed_intent_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, node_plan: _Optional[_Union[_intent_pb2.NodePlan, _Mapping]] = ..., gpu_plan: _Optional[_Union[_intent_pb2.GpuPlan, _Mapping]] = ..., node_stale: _Optional[bool] = ..., last_telemetry_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., policy: _Optional[str] = ..., generation: _Optional[int] = ..., unchanged: _Optional[bool] = ..., base_generation: _Optional[int] = ..., removed_intent_ids: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class WatchPlansRequest(_message.Message):
     __slots__ = ("include_current", "deltas")

@@ -97,6 +97,8 @@ class AllocatorServicer(allocator_pb2_grpc.AllocatorServiceServicer):
         self.known_lanes = known_lanes
         self.node_name = node_name
         self._plan_replies = ReplyCache()  # GetPlan replies, shared within a tick
+        # GetPlan deltas against the tick before (a tick without changes: the whole plan)
+        self._delta_replies = ReplyCache(lambda s: s.get_plan_delta_wire or s.wire)
         self._lists: dict[int, tuple[int, bytes]] = {}  # ListIntents: class -> version, reply
         self._lists_lock = threading.Lock()
         self.watch_queue = watch_queue
@@ -180,6 +182,11 @@ class AllocatorServicer(allocator_pb2_grpc.AllocatorServiceServicer):
         if request.known_generation == current.generation:
             reply.unchanged = True  # the caller holds this plan: only the small fields
             return reply.SerializeToString()
+        changes = current.changes
+        # a delta only on the plan before the current one, which the caller says it holds
+        held = request.known_generation
+        if request.deltas and held and changes is not None and changes.base == held:
+            return self._delta_replies.reply(current, reply.SerializeToString())
         return self._plan_replies.reply(current, reply.SerializeToString())
 
     async def WatchPlans(self, request: Any, context: Any) -> AsyncIterator[Any]:  # noqa: N802

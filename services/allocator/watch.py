@@ -14,6 +14,7 @@ import asyncio
 import collections
 import functools
 import threading
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -81,12 +82,22 @@ class PlanSnapshot:
     def delta_wire(self) -> bytes | None:
         """A WatchPlansResponse holding what changed since the plan of ``changes.base``
         (fields 1-4), serialized once per plan; None when the loop gave no changes."""
+        return self._delta(base_field=3, removed_field=4)
+
+    @functools.cached_property
+    def get_plan_delta_wire(self) -> bytes | None:
+        """The same delta as GetPlanResponse's fields 1, 2, 8 and 9 (the call adds its own)."""
+        return self._delta(base_field=8, removed_field=9)
+
+    def _delta(self, base_field: int, removed_field: int) -> bytes | None:
         c = self.changes
         if c is None:
             return None
         node = length_delimited(1, c.header_wire + b"".join(c.entries))
-        removed = b"".join(length_delimited(4, intent_id.encode()) for intent_id in c.removed)
-        return node + self._gpu_wire + wire_key(3, 0) + varint(c.base) + removed
+        removed = b"".join(
+            length_delimited(removed_field, intent_id.encode()) for intent_id in c.removed
+        )
+        return node + self._gpu_wire + wire_key(base_field, 0) + varint(c.base) + removed
 
     @functools.cached_property
     def _gpu_wire(self) -> bytes:
@@ -94,23 +105,37 @@ class PlanSnapshot:
 
 
 class ReplyCache:
-    """The last reply built from a snapshot and a call's own fields: calls in the same tick
-    with the same staleness and policy share one bytes object (each reply would otherwise be
-    a new 1.8 MB copy at 10,000 intents, held until it is sent)."""
+    """The last reply built from a snapshot's plans (``plans``: its whole ``wire`` unless
+    told otherwise) and a call's own fields: calls in the same tick with the same staleness
+    and policy share one bytes object (each reply would otherwise be a new 1.8 MB copy at
+    10,000 intents, held until it is sent). The snapshot is held weakly and the reply dropped
+    with it: once the loop has moved on, a cache no call asks again (pollers gone, or all
+    asking for deltas) keeps neither a 10,000-intent plan nor its reply."""
 
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._key: tuple[PlanSnapshot, bytes] | None = None
+    def __init__(self, plans: Callable[[PlanSnapshot], bytes] = lambda s: s.wire) -> None:
+        self._plans = plans
+        self._lock = threading.RLock()  # the weakref callback may run in a thread holding it
+        self._key: tuple[weakref.ref[PlanSnapshot], bytes] | None = None
         self._reply = b""
 
     def reply(self, snapshot: PlanSnapshot, own: bytes) -> bytes:
         with self._lock:
-            if self._key is not None and self._key[0] is snapshot and self._key[1] == own:
+            if self._key is not None and self._key[0]() is snapshot and self._key[1] == own:
                 return self._reply
-        reply = snapshot.wire + own
+        reply = self._plans(snapshot) + own
         with self._lock:
-            self._key, self._reply = (snapshot, own), reply
+            self._key, self._reply = (weakref.ref(snapshot, self._forget), own), reply
         return reply
+
+    def _forget(self, gone: weakref.ref[PlanSnapshot]) -> None:
+        with self._lock:
+            if self._key is not None and self._key[0] is gone:
+                self._key, self._reply = None, b""
+
+    def held(self) -> int:
+        """Bytes of the reply held (0 once its snapshot is gone)."""
+        with self._lock:
+            return len(self._reply)
 
 
 class _End:
@@ -221,9 +246,11 @@ class OutOfStep(Exception):
 class PlanMirror:
     """A WatchPlans client's copy of the current plan, kept from whole plans and deltas.
 
-    ``apply`` takes each WatchPlansResponse of a stream opened with ``deltas``; ``node_plan``
-    gives the plan as a whole one would read. Allocations keep the position they first had
-    (an intent that moved in the whole plan's order stays where it was here)."""
+    ``apply`` takes each WatchPlansResponse of a stream opened with ``deltas``, or each
+    GetPlanResponse of a poller asking for deltas (``known_generation`` the mirror's
+    ``generation``); ``node_plan`` gives the plan as a whole one would read. Allocations keep
+    the position they first had (an intent that moved in the whole plan's order stays where
+    it was here)."""
 
     def __init__(self) -> None:
         self.generation = 0
@@ -232,7 +259,10 @@ class PlanMirror:
         self.allocations: dict[str, intent_pb2.Allocation] = {}
 
     def apply(self, reply: Any) -> None:
-        """Apply one WatchPlansResponse; raises OutOfStep for a delta on another base."""
+        """Apply one WatchPlansResponse or GetPlanResponse (an ``unchanged`` one changes
+        nothing); raises OutOfStep for a delta on another base."""
+        if getattr(reply, "unchanged", False):
+            return
         base = reply.base_generation
         if base and base != self.generation:
             raise OutOfStep(f"a delta on generation {base}, the mirror holds {self.generation}")

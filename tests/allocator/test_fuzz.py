@@ -26,7 +26,7 @@ EXAMPLES = {
         workload_class=intent_pb2.WORKLOAD_CLASS_ONLINE
     ),
     "DeleteIntent": allocator_pb2.DeleteIntentRequest(id="intent-1"),
-    "GetPlan": allocator_pb2.GetPlanRequest(),
+    "GetPlan": allocator_pb2.GetPlanRequest(known_generation=3, deltas=True),
     "WatchPlans": allocator_pb2.WatchPlansRequest(include_current=True, deltas=True),
     "PreviewPlan": allocator_pb2.PreviewPlanRequest(
         disturbance=telemetry_pb2.Disturbance(cpu_pressure=0.5, gpu_pressure=0.2),

@@ -31,6 +31,10 @@ README_WATCH = (
     'grpcurl -plaintext -d \'{"include_current": true, "deltas": true}\' 127.0.0.1:50051 '
     "parfusion.v1.AllocatorService/WatchPlans"
 )
+README_POLL = (
+    'grpcurl -plaintext -d \'{"known_generation": 41, "deltas": true}\' 127.0.0.1:50051 '
+    "parfusion.v1.AllocatorService/GetPlan"
+)
 
 pytestmark = pytest.mark.integration
 
@@ -119,3 +123,26 @@ def test_readme_watch_gives_the_plan_then_deltas(
     assert "base_generation" not in replies[0]  # the whole plan (0 is not printed)
     assert replies[0]["node_plan"]["allocations"][0]["intent_id"] == "readme-online"
     assert [r.get("base_generation") for r in replies[1:]] == ["1", "2"]
+
+
+def test_readme_poll_gets_what_changed_since_the_plan_held(
+    start: Callable[..., RunningAllocator], tmp_path: Path
+) -> None:
+    """The README's GetPlan line with deltas, its generation the plan before the current one:
+    only what changed since; named the current one: unchanged."""
+    running = start()
+    grpcurl(README_SUBMIT, running.address, tmp_path)
+    loop = running.handle.loop
+    loop.tick()
+    loop.tick()
+    current = loop.current()
+    assert current is not None and current.generation >= 2
+    held = f'"known_generation": {current.generation - 1}'
+    out = grpcurl(README_POLL.replace('"known_generation": 41', held), running.address, tmp_path)
+    assert out.returncode == 0, out.stderr
+    reply = json.loads(out.stdout)
+    assert reply["base_generation"] == str(current.generation - 1)  # uint64: a JSON string
+    assert reply["node_plan"]["generation"] == str(current.generation)
+    same = f'"known_generation": {current.generation}'
+    out = grpcurl(README_POLL.replace('"known_generation": 41', same), running.address, tmp_path)
+    assert json.loads(out.stdout)["unchanged"] is True

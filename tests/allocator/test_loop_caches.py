@@ -6,6 +6,7 @@ tick before, gives the tick's whole plan."""
 
 from __future__ import annotations
 
+import gc
 import tempfile
 from pathlib import Path
 
@@ -17,7 +18,7 @@ from services.allocator import plans
 from services.allocator.loop import ControlLoop, LoopConfig
 from services.allocator.metrics import PER_INTENT
 from services.allocator.store import IntentStore
-from services.allocator.watch import PlanMirror, PlanSnapshot
+from services.allocator.watch import PlanMirror, PlanSnapshot, ReplyCache
 from services.core import convert
 from services.core.validation import normalize_intent
 from tests.allocator.conftest import batch_intent, online_intent
@@ -86,6 +87,12 @@ def _check_delta(mirror: PlanMirror, snapshot: PlanSnapshot) -> None:
     assert wire is not None
     reply = allocator_pb2.WatchPlansResponse.FromString(wire)
     assert reply.base_generation == (0 if first else mirror.generation)
+    if not first:  # a poller's delta (GetPlan with deltas) holds the same
+        assert snapshot.get_plan_delta_wire is not None
+        polled = allocator_pb2.GetPlanResponse.FromString(snapshot.get_plan_delta_wire)
+        assert polled.base_generation == reply.base_generation
+        assert polled.removed_intent_ids == reply.removed_intent_ids
+        assert polled.node_plan == reply.node_plan and polled.gpu_plan == reply.gpu_plan
     mirror.apply(reply)
     whole = snapshot.node_plan
     assert {a.intent_id: a for a in mirror.node_plan().allocations} == {
@@ -116,3 +123,20 @@ def _check(loop: ControlLoop, plan, store: IntentStore) -> None:
         assert PER_INTENT.get_sample_value("parfusion_dmug_nmu", labels) == d.nmu
     for k, d in enumerate(decisions):
         assert loop.allocation(d.intent_id) == plan.allocations[k]
+
+
+def test_a_reply_cache_shares_a_reply_and_drops_it_with_its_snapshot() -> None:
+    """Calls of one tick with the same own fields share one reply; once the loop's snapshot
+    is gone the cache holds no reply (a poller that stopped asking kept a 10,000-intent
+    plan's reply and the plan with it)."""
+    cache = ReplyCache()
+    plan = intent_pb2.NodePlan(generation=7)
+    plan.allocations.add(intent_id="web-0", units=2)
+    snapshot = PlanSnapshot.of(plan, intent_pb2.GpuPlan(generation=7), 7)
+    first = cache.reply(snapshot, b"own")
+    assert first == snapshot.wire + b"own" and cache.reply(snapshot, b"own") is first
+    assert cache.reply(snapshot, b"other") == snapshot.wire + b"other"
+    assert cache.held() == len(snapshot.wire + b"other")
+    del snapshot
+    gc.collect()
+    assert cache.held() == 0

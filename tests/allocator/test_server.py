@@ -254,6 +254,53 @@ def test_watch_deltas_rebuild_the_whole_plan(start: Start, stub_for: StubFor) ->
     stream.cancel()
 
 
+def test_get_plan_deltas_rebuild_the_whole_plan(start: Start, stub_for: StubFor) -> None:
+    """A poller asking for deltas and naming the plan before the current one gets what
+    changed since (the allocations and the intents that left), `unchanged` while the plan
+    holds, and the whole plan when it is further behind or holds none; merged in order the
+    replies are what GetPlan answers whole."""
+    running = start()
+    stub = stub_for(running.address)
+    loop = running.handle.loop
+    for k in range(6):
+        _submit(stub, online_intent(name=f"web-{k}", intent_id=f"web-{k}"))
+    for _ in range(3):  # the first ticks still move units (dwell, no telemetry yet)
+        loop.tick()
+    mirror = PlanMirror()
+
+    def poll() -> allocator_pb2.GetPlanResponse:
+        request = allocator_pb2.GetPlanRequest(known_generation=mirror.generation, deltas=True)
+        reply = stub.GetPlan(request, timeout=5)
+        mirror.apply(reply)
+        whole = stub.GetPlan(allocator_pb2.GetPlanRequest(), timeout=5)
+        assert reply.generation == whole.generation == mirror.generation
+        assert _by_id(mirror.node_plan()) == _by_id(whole.node_plan)
+        assert mirror.gpu_plan == whole.gpu_plan and reply.policy == whole.policy
+        return reply
+
+    first = poll()  # holds nothing: whole
+    assert first.base_generation == 0 and len(first.node_plan.allocations) == 6
+    assert poll().unchanged  # nothing new: no plans at all
+    _submit(stub, online_intent(name="web-new", intent_id="web-new"))
+    loop.tick()
+    added = poll()
+    assert added.base_generation == first.generation and not added.unchanged
+    assert "web-new" in _by_id(added.node_plan) and len(added.node_plan.allocations) < 7
+    stub.DeleteIntent(allocator_pb2.DeleteIntentRequest(id="web-2"), timeout=5)
+    loop.tick()
+    gone = poll()
+    assert list(gone.removed_intent_ids) == ["web-2"] and gone.base_generation == added.generation
+    loop.tick()
+    loop.tick()  # two plans since the one held: whole again
+    behind = poll()
+    assert behind.base_generation == 0 and len(behind.node_plan.allocations) == 6
+    # without `deltas` the plan before the current one still gets the whole plan
+    loop.tick()
+    request = allocator_pb2.GetPlanRequest(known_generation=behind.generation)
+    plain = stub.GetPlan(request, timeout=5)
+    assert plain.base_generation == 0 and len(plain.node_plan.allocations) == 6
+
+
 def test_watch_deltas_resync_a_stream_that_fell_behind(start: Start, stub_for: StubFor) -> None:
     """A stream whose queue dropped plans gets the next one whole, never a delta on a plan it
     did not send; a stream without `deltas` gets whole plans only."""

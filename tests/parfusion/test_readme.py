@@ -20,6 +20,7 @@ README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
         test_grpcurl.README_SUBMIT,
         test_grpcurl.README_PLAN,
         test_grpcurl.README_WATCH,
+        test_grpcurl.README_POLL,
     ],
 )
 def test_tested_command_is_in_readme(command: str) -> None:
