@@ -2,8 +2,9 @@
 
 The allocator runs in this process, served as `main()` serves it (start_allocator: a real gRPC
 server and loop, switch interval set, a temporary PARFUSION_HOME removed after); the node agent
-(modeled backend) and gpulane run as `parfusion up --detach` starts them. With `--serve
-nodeagent` the node agent (start_nodeagent, modeled backend) is the one served here and the
+(modeled backend; `--backend real` for the real one) and gpulane run as `parfusion up
+--detach` starts them. With `--serve nodeagent` the node agent (start_nodeagent) is the one
+served here and the
 allocator runs as launched. A client in a
 separate process (this script with `--client`) submits N intents of bench_loop's mix through
 SubmitIntent, waits until the plan holds them, deletes every one and waits for the empty
@@ -504,7 +505,7 @@ def serve_and_measure(args: argparse.Namespace) -> dict[str, Any]:
     from services.common.config import parse_service_args
 
     others = ("allocator", "gpulane") if args.serve == "nodeagent" else PEERS
-    with bench_stack(others, args.intents + 100) as (stack, home):
+    with bench_stack(others, args.intents + 100, args.backend) as (stack, home):
         os.environ.update(stack.env)
         launched = json.loads((home / "run" / "launcher.json").read_text())["pids"]
         if args.serve == "nodeagent":  # the allocator (another process) finds it on its port
@@ -621,6 +622,9 @@ def main() -> None:
     parser.add_argument("--intents", type=int, default=10000)
     parser.add_argument(
         "--serve", default="allocator", choices=("allocator", "nodeagent"), help="served here"
+    )
+    parser.add_argument(
+        "--backend", default="modeled", choices=("modeled", "real"), help="the node agent's"
     )
     parser.add_argument("--settle", type=float, default=5.0, help="seconds before each reading")
     parser.add_argument("--trace", action="store_true", help="tracemalloc from the submits on")
