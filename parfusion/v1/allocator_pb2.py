@@ -27,7 +27,7 @@ from parfusion.v1 import intent_pb2 as parfusion_dot_v1_dot_intent__pb2
 from parfusion.v1 import telemetry_pb2 as parfusion_dot_v1_dot_telemetry__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1cparfusion/v1/allocator.proto\x12\x0cparfusion.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x19parfusion/v1/intent.proto\x1a\x1cparfusion/v1/telemetry.proto\"C\n\x13SubmitIntentRequest\x12,\n\x06intent\x18\x01 \x01(\x0b\x32\x1c.parfusion.v1.ResourceIntent\"]\n\x14SubmitIntentResponse\x12,\n\x06intent\x18\x01 \x01(\x0b\x32\x1c.parfusion.v1.ResourceIntent\x12\x17\n\x0f\x61lready_existed\x18\x02 \x01(\x08\"\x1e\n\x10GetIntentRequest\x12\n\n\x02id\x18\x01 \x01(\t\"o\n\x11GetIntentResponse\x12,\n\x06intent\x18\x01 \x01(\x0b\x32\x1c.parfusion.v1.ResourceIntent\x12,\n\nallocation\x18\x02 \x01(\x0b\x32\x18.parfusion.v1.Allocation\"I\n\x12ListIntentsRequest\x12\x33\n\x0eworkload_class\x18\x01 \x01(\x0e\x32\x1b.parfusion.v1.WorkloadClass\"D\n\x13ListIntentsResponse\x12-\n\x07intents\x18\x01 \x03(\x0b\x32\x1c.parfusion.v1.ResourceIntent\"!\n\x13\x44\x65leteIntentRequest\x12\n\n\x02id\x18\x01 \x01(\t\"\'\n\x14\x44\x65leteIntentResponse\x12\x0f\n\x07\x64\x65leted\x18\x01 \x01(\x08\":\n\x0eGetPlanRequest\x12\x18\n\x10known_generation\x18\x01 \x01(\x04\x12\x0e\n\x06\x64\x65ltas\x18\x02 \x01(\x08\"\x9c\x02\n\x0fGetPlanResponse\x12)\n\tnode_plan\x18\x01 \x01(\x0b\x32\x16.parfusion.v1.NodePlan\x12\'\n\x08gpu_plan\x18\x02 \x01(\x0b\x32\x15.parfusion.v1.GpuPlan\x12\x12\n\nnode_stale\x18\x03 \x01(\x08\x12\x35\n\x11last_telemetry_at\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0e\n\x06policy\x18\x05 \x01(\t\x12\x12\n\ngeneration\x18\x06 \x01(\x04\x12\x11\n\tunchanged\x18\x07 \x01(\x08\x12\x17\n\x0f\x62\x61se_generation\x18\x08 \x01(\x04\x12\x1a\n\x12removed_intent_ids\x18\t \x03(\t\"<\n\x11WatchPlansRequest\x12\x17\n\x0finclude_current\x18\x01 \x01(\x08\x12\x0e\n\x06\x64\x65ltas\x18\x02 \x01(\x08\"\x9d\x01\n\x12WatchPlansResponse\x12)\n\tnode_plan\x18\x01 \x01(\x0b\x32\x16.parfusion.v1.NodePlan\x12\'\n\x08gpu_plan\x18\x02 \x01(\x0b\x32\x15.parfusion.v1.GpuPlan\x12\x17\n\x0f\x62\x61se_generation\x18\x03 \x01(\x04\x12\x1a\n\x12removed_intent_ids\x18\x04 \x03(\t\"p\n\x12PreviewPlanRequest\x12.\n\x0b\x64isturbance\x18\x01 \x01(\x0b\x32\x19.parfusion.v1.Disturbance\x12\x1a\n\x12\x61rrival_rate_scale\x18\x02 \x01(\x01\x12\x0e\n\x06policy\x18\x03 \x01(\t\"\x93\x01\n\x13PreviewPlanResponse\x12\'\n\x07preview\x18\x01 \x01(\x0b\x32\x16.parfusion.v1.NodePlan\x12*\n\x0bpreview_gpu\x18\x02 \x01(\x0b\x32\x15.parfusion.v1.GpuPlan\x12\'\n\x07\x63urrent\x18\x03 \x01(\x0b\x32\x16.parfusion.v1.NodePlan\" \n\x10SetPolicyRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"5\n\x11SetPolicyResponse\x12\x10\n\x08previous\x18\x01 \x01(\t\x12\x0e\n\x06\x61\x63tive\x18\x02 \x01(\t\"\x15\n\x13ListPoliciesRequest\"=\n\nPolicyInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x03 \x01(\t\"R\n\x14ListPoliciesResponse\x12*\n\x08policies\x18\x01 \x03(\x0b\x32\x18.parfusion.v1.PolicyInfo\x12\x0e\n\x06\x61\x63tive\x18\x02 \x01(\t\"l\n\x16ReportTelemetryRequest\x12)\n\x04node\x18\x01 \x01(\x0b\x32\x1b.parfusion.v1.NodeTelemetry\x12\'\n\x03gpu\x18\x02 \x01(\x0b\x32\x1a.parfusion.v1.GpuTelemetry\"2\n\x17ReportTelemetryResponse\x12\x17\n\x0fplan_generation\x18\x01 \x01(\x04\x32\xd6\x06\n\x10\x41llocatorService\x12U\n\x0cSubmitIntent\x12!.parfusion.v1.SubmitIntentRequest\x1a\".parfusion.v1.SubmitIntentResponse\x12L\n\tGetIntent\x12\x1e.parfusion.v1.GetIntentRequest\x1a\x1f.parfusion.v1.GetIntentResponse\x12R\n\x0bListIntents\x12 .parfusion.v1.ListIntentsRequest\x1a!.parfusion.v1.ListIntentsResponse\x12U\n\x0c\x44\x65leteIntent\x12!.parfusion.v1.DeleteIntentRequest\x1a\".parfusion.v1.DeleteIntentResponse\x12\x46\n\x07GetPlan\x12\x1c.parfusion.v1.GetPlanRequest\x1a\x1d.parfusion.v1.GetPlanResponse\x12Q\n\nWatchPlans\x12\x1f.parfusion.v1.WatchPlansRequest\x1a .parfusion.v1.WatchPlansResponse0\x01\x12R\n\x0bPreviewPlan\x12 .parfusion.v1.PreviewPlanRequest\x1a!.parfusion.v1.PreviewPlanResponse\x12L\n\tSetPolicy\x12\x1e.parfusion.v1.SetPolicyRequest\x1a\x1f.parfusion.v1.SetPolicyResponse\x12U\n\x0cListPolicies\x12!.parfusion.v1.ListPoliciesRequest\x1a\".parfusion.v1.ListPoliciesResponse\x12^\n\x0fReportTelemetry\x12$.parfusion.v1.ReportTelemetryRequest\x1a%.parfusion.v1.ReportTelemetryResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1cparfusion/v1/allocator.proto\x12\x0cparfusion.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x19parfusion/v1/intent.proto\x1a\x1cparfusion/v1/telemetry.proto\"C\n\x13SubmitIntentRequest\x12,\n\x06intent\x18\x01 \x01(\x0b\x32\x1c.parfusion.v1.ResourceIntent\"]\n\x14SubmitIntentResponse\x12,\n\x06intent\x18\x01 \x01(\x0b\x32\x1c.parfusion.v1.ResourceIntent\x12\x17\n\x0f\x61lready_existed\x18\x02 \x01(\x08\"\x1e\n\x10GetIntentRequest\x12\n\n\x02id\x18\x01 \x01(\t\"o\n\x11GetIntentResponse\x12,\n\x06intent\x18\x01 \x01(\x0b\x32\x1c.parfusion.v1.ResourceIntent\x12,\n\nallocation\x18\x02 \x01(\x0b\x32\x18.parfusion.v1.Allocation\"I\n\x12ListIntentsRequest\x12\x33\n\x0eworkload_class\x18\x01 \x01(\x0e\x32\x1b.parfusion.v1.WorkloadClass\"D\n\x13ListIntentsResponse\x12-\n\x07intents\x18\x01 \x03(\x0b\x32\x1c.parfusion.v1.ResourceIntent\"!\n\x13\x44\x65leteIntentRequest\x12\n\n\x02id\x18\x01 \x01(\t\"\'\n\x14\x44\x65leteIntentResponse\x12\x0f\n\x07\x64\x65leted\x18\x01 \x01(\x08\"T\n\x0eGetPlanRequest\x12\x18\n\x10known_generation\x18\x01 \x01(\x04\x12\x0e\n\x06\x64\x65ltas\x18\x02 \x01(\x08\x12\x18\n\x10omit_allocations\x18\x03 \x01(\x08\"\x9c\x02\n\x0fGetPlanResponse\x12)\n\tnode_plan\x18\x01 \x01(\x0b\x32\x16.parfusion.v1.NodePlan\x12\'\n\x08gpu_plan\x18\x02 \x01(\x0b\x32\x15.parfusion.v1.GpuPlan\x12\x12\n\nnode_stale\x18\x03 \x01(\x08\x12\x35\n\x11last_telemetry_at\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0e\n\x06policy\x18\x05 \x01(\t\x12\x12\n\ngeneration\x18\x06 \x01(\x04\x12\x11\n\tunchanged\x18\x07 \x01(\x08\x12\x17\n\x0f\x62\x61se_generation\x18\x08 \x01(\x04\x12\x1a\n\x12removed_intent_ids\x18\t \x03(\t\"<\n\x11WatchPlansRequest\x12\x17\n\x0finclude_current\x18\x01 \x01(\x08\x12\x0e\n\x06\x64\x65ltas\x18\x02 \x01(\x08\"\x9d\x01\n\x12WatchPlansResponse\x12)\n\tnode_plan\x18\x01 \x01(\x0b\x32\x16.parfusion.v1.NodePlan\x12\'\n\x08gpu_plan\x18\x02 \x01(\x0b\x32\x15.parfusion.v1.GpuPlan\x12\x17\n\x0f\x62\x61se_generation\x18\x03 \x01(\x04\x12\x1a\n\x12removed_intent_ids\x18\x04 \x03(\t\"p\n\x12PreviewPlanRequest\x12.\n\x0b\x64isturbance\x18\x01 \x01(\x0b\x32\x19.parfusion.v1.Disturbance\x12\x1a\n\x12\x61rrival_rate_scale\x18\x02 \x01(\x01\x12\x0e\n\x06policy\x18\x03 \x01(\t\"\x93\x01\n\x13PreviewPlanResponse\x12\'\n\x07preview\x18\x01 \x01(\x0b\x32\x16.parfusion.v1.NodePlan\x12*\n\x0bpreview_gpu\x18\x02 \x01(\x0b\x32\x15.parfusion.v1.GpuPlan\x12\'\n\x07\x63urrent\x18\x03 \x01(\x0b\x32\x16.parfusion.v1.NodePlan\" \n\x10SetPolicyRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"5\n\x11SetPolicyResponse\x12\x10\n\x08previous\x18\x01 \x01(\t\x12\x0e\n\x06\x61\x63tive\x18\x02 \x01(\t\"\x15\n\x13ListPoliciesRequest\"=\n\nPolicyInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x03 \x01(\t\"R\n\x14ListPoliciesResponse\x12*\n\x08policies\x18\x01 \x03(\x0b\x32\x18.parfusion.v1.PolicyInfo\x12\x0e\n\x06\x61\x63tive\x18\x02 \x01(\t\"l\n\x16ReportTelemetryRequest\x12)\n\x04node\x18\x01 \x01(\x0b\x32\x1b.parfusion.v1.NodeTelemetry\x12\'\n\x03gpu\x18\x02 \x01(\x0b\x32\x1a.parfusion.v1.GpuTelemetry\"2\n\x17ReportTelemetryResponse\x12\x17\n\x0fplan_generation\x18\x01 \x01(\x04\x32\xd6\x06\n\x10\x41llocatorService\x12U\n\x0cSubmitIntent\x12!.parfusion.v1.SubmitIntentRequest\x1a\".parfusion.v1.SubmitIntentResponse\x12L\n\tGetIntent\x12\x1e.parfusion.v1.GetIntentRequest\x1a\x1f.parfusion.v1.GetIntentResponse\x12R\n\x0bListIntents\x12 .parfusion.v1.ListIntentsRequest\x1a!.parfusion.v1.ListIntentsResponse\x12U\n\x0c\x44\x65leteIntent\x12!.parfusion.v1.DeleteIntentRequest\x1a\".parfusion.v1.DeleteIntentResponse\x12\x46\n\x07GetPlan\x12\x1c.parfusion.v1.GetPlanRequest\x1a\x1d.parfusion.v1.GetPlanResponse\x12Q\n\nWatchPlans\x12\x1f.parfusion.v1.WatchPlansRequest\x1a .parfusion.v1.WatchPlansResponse0\x01\x12R\n\x0bPreviewPlan\x12 .parfusion.v1.PreviewPlanRequest\x1a!.parfusion.v1.PreviewPlanResponse\x12L\n\tSetPolicy\x12\x1e.parfusion.v1.SetPolicyRequest\x1a\x1f.parfusion.v1.SetPolicyResponse\x12U\n\x0cListPolicies\x12!.parfusion.v1.ListPoliciesRequest\x1a\".parfusion.v1.ListPoliciesResponse\x12^\n\x0fReportTelemetry\x12$.parfusion.v1.ReportTelemetryRequest\x1a%.parfusion.v1.ReportTelemetryResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -51,31 +51,31 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_DELETEINTENTRESPONSE']._serialized_start=625
   _globals['_DELETEINTENTRESPONSE']._serialized_end=664
   _globals['_GETPLANREQUEST']._serialized_start=666
-  _globals['_GETPLANREQUEST']._serialized_end=724
-  _globals['_GETPLANRESPONSE']._serialized_start=727
-  _globals['_GETPLANRESPONSE']._serialized_end=1011
-  _globals['_WATCHPLANSREQUEST']._serialized_start=1013
-  _globals['_WATCHPLANSREQUEST']._serialized_end=1073
-  _globals['_WATCHPLANSRESPONSE']._serialized_start=1076
-  _globals['_WATCHPLANSRESPONSE']._serialized_end=1233
-  _globals['_PREVIEWPLANREQUEST']._serialized_start=1235
-  _globals['_PREVIEWPLANREQUEST']._serialized_end=1347
-  _globals['_PREVIEWPLANRESPONSE']._serialized_start=1350
-  _globals['_PREVIEWPLANRESPONSE']._serialized_end=1497
-  _globals['_SETPOLICYREQUEST']._serialized_start=1499
-  _globals['_SETPOLICYREQUEST']._serialized_end=1531
-  _globals['_SETPOLICYRESPONSE']._serialized_start=1533
-  _globals['_SETPOLICYRESPONSE']._serialized_end=1586
-  _globals['_LISTPOLICIESREQUEST']._serialized_start=1588
-  _globals['_LISTPOLICIESREQUEST']._serialized_end=1609
-  _globals['_POLICYINFO']._serialized_start=1611
-  _globals['_POLICYINFO']._serialized_end=1672
-  _globals['_LISTPOLICIESRESPONSE']._serialized_start=1674
-  _globals['_LISTPOLICIESRESPONSE']._serialized_end=1756
-  _globals['_REPORTTELEMETRYREQUEST']._serialized_start=1758
-  _globals['_REPORTTELEMETRYREQUEST']._serialized_end=1866
-  _globals['_REPORTTELEMETRYRESPONSE']._serialized_start=1868
-  _globals['_REPORTTELEMETRYRESPONSE']._serialized_end=1918
-  _globals['_ALLOCATORSERVICE']._serialized_start=1921
-  _globals['_ALLOCATORSERVICE']._serialized_end=2775
+  _globals['_GETPLANREQUEST']._serialized_end=750
+  _globals['_GETPLANRESPONSE']._serialized_start=753
+  _globals['_GETPLANRESPONSE']._serialized_end=1037
+  _globals['_WATCHPLANSREQUEST']._serialized_start=1039
+  _globals['_WATCHPLANSREQUEST']._serialized_end=1099
+  _globals['_WATCHPLANSRESPONSE']._serialized_start=1102
+  _globals['_WATCHPLANSRESPONSE']._serialized_end=1259
+  _globals['_PREVIEWPLANREQUEST']._serialized_start=1261
+  _globals['_PREVIEWPLANREQUEST']._serialized_end=1373
+  _globals['_PREVIEWPLANRESPONSE']._serialized_start=1376
+  _globals['_PREVIEWPLANRESPONSE']._serialized_end=1523
+  _globals['_SETPOLICYREQUEST']._serialized_start=1525
+  _globals['_SETPOLICYREQUEST']._serialized_end=1557
+  _globals['_SETPOLICYRESPONSE']._serialized_start=1559
+  _globals['_SETPOLICYRESPONSE']._serialized_end=1612
+  _globals['_LISTPOLICIESREQUEST']._serialized_start=1614
+  _globals['_LISTPOLICIESREQUEST']._serialized_end=1635
+  _globals['_POLICYINFO']._serialized_start=1637
+  _globals['_POLICYINFO']._serialized_end=1698
+  _globals['_LISTPOLICIESRESPONSE']._serialized_start=1700
+  _globals['_LISTPOLICIESRESPONSE']._serialized_end=1782
+  _globals['_REPORTTELEMETRYREQUEST']._serialized_start=1784
+  _globals['_REPORTTELEMETRYREQUEST']._serialized_end=1892
+  _globals['_REPORTTELEMETRYRESPONSE']._serialized_start=1894
+  _globals['_REPORTTELEMETRYRESPONSE']._serialized_end=1944
+  _globals['_ALLOCATORSERVICE']._serialized_start=1947
+  _globals['_ALLOCATORSERVICE']._serialized_end=2801
 # @@protoc_insertion_point(module_scope)

@@ -64,12 +64,14 @@ class DeleteIntentResponse(_message.Message):
     def __init__(self, deleted: _Optional[bool] = ...) -> None: ...
 
 class GetPlanRequest(_message.Message):
-    __slots__ = ("known_generation", "deltas")
+    __slots__ = ("known_generation", "deltas", "omit_allocations")
     KNOWN_GENERATION_FIELD_NUMBER: _ClassVar[int]
     DELTAS_FIELD_NUMBER: _ClassVar[int]
+    OMIT_ALLOCATIONS_FIELD_NUMBER: _ClassVar[int]
     known_generation: int
     deltas: bool
-    def __init__(self, known_generation: _Optional[int] = ..., deltas: _Optional[bool] = ...) -> None: ...
+    omit_allocations: bool
+    def __init__(self, known_generation: _Optional[int] = ..., deltas: _Optional[bool] = ..., omit_allocations: _Optional[bool] = ...) -> None: ...
 
 class GetPlanResponse(_message.Message):
     __slots__ = ("node_plan", "gpu_plan", "node_stale", "last_telemetry_at", "policy", "generation", "unchanged", "base_generation", "removed_intent_ids")

@@ -182,6 +182,8 @@ class AllocatorServicer(allocator_pb2_grpc.AllocatorServiceServicer):
         if request.known_generation == current.generation:
             reply.unchanged = True  # the caller holds this plan: only the small fields
             return reply.SerializeToString()
+        if request.omit_allocations:  # the plans' own fields: no copy of the allocations
+            return current.header_wire + reply.SerializeToString()
         changes = current.changes
         # a delta only on the plan before the current one, which the caller says it holds
         held = request.known_generation

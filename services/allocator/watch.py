@@ -79,6 +79,11 @@ class PlanSnapshot:
         return length_delimited(1, self.node_plan_wire) + self._gpu_wire
 
     @functools.cached_property
+    def header_wire(self) -> bytes:
+        """The two plans as fields 1 and 2, the NodePlan without its allocations."""
+        return length_delimited(1, self.node_header_wire) + self._gpu_wire
+
+    @functools.cached_property
     def delta_wire(self) -> bytes | None:
         """A WatchPlansResponse holding what changed since the plan of ``changes.base``
         (fields 1-4), serialized once per plan; None when the loop gave no changes."""

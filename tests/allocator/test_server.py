@@ -301,6 +301,29 @@ def test_get_plan_deltas_rebuild_the_whole_plan(start: Start, stub_for: StubFor)
     assert plain.base_generation == 0 and len(plain.node_plan.allocations) == 6
 
 
+def test_get_plan_without_allocations_gives_the_plans_own_fields(
+    start: Start, stub_for: StubFor
+) -> None:
+    """`omit_allocations`: the NodePlan's own fields as the whole plan has them, no
+    allocation, the GPU plan whole; the call's own fields as always."""
+    running = start()
+    stub = stub_for(running.address)
+    for k in range(3):
+        _submit(stub, online_intent(name=f"web-{k}", intent_id=f"web-{k}"))
+    running.handle.loop.tick()
+    whole = stub.GetPlan(allocator_pb2.GetPlanRequest(), timeout=5)
+    own = stub.GetPlan(allocator_pb2.GetPlanRequest(omit_allocations=True), timeout=5)
+    assert len(whole.node_plan.allocations) == 3 and not own.node_plan.allocations
+    header = intent_pb2.NodePlan()
+    header.CopyFrom(whole.node_plan)
+    del header.allocations[:]
+    assert own.node_plan == header and own.gpu_plan == whole.gpu_plan
+    assert (own.generation, own.policy, own.node_stale) == (
+        whole.generation, whole.policy, whole.node_stale
+    )  # fmt: skip
+    assert own.ByteSize() < whole.ByteSize()
+
+
 def test_watch_deltas_resync_a_stream_that_fell_behind(start: Start, stub_for: StubFor) -> None:
     """A stream whose queue dropped plans gets the next one whole, never a delta on a plan it
     did not send; a stream without `deltas` gets whole plans only."""
