@@ -24,6 +24,8 @@ services' memory again. Reported, per size:
   last reply (`known_generation`), as a poller would, and gets the plans only when they changed;
   with `--get-plan delta` it asks for deltas as well (`deltas`), and a plan that follows the one
   it holds comes as what changed;
+- the store's group commits, p50 / p99 (parfusion_store_commit_duration_seconds; in the JSON
+  rows only): the allocator's event loop runs them for its callers;
 - the event-loop lag of the allocator and the node agent, p50 / p99
   (parfusion_event_loop_lag_seconds: how late each one's loop ran a timer that was due; a call
   served on it waits about that long to start);
@@ -149,6 +151,7 @@ def scrape(url: str) -> dict[str, float]:
 TICK_HISTOGRAM = "parfusion_allocator_tick_duration_seconds"
 RPC_HISTOGRAM = "parfusion_grpc_request_duration_seconds"
 LAG_HISTOGRAM = "parfusion_event_loop_lag_seconds"
+COMMIT_HISTOGRAM = "parfusion_store_commit_duration_seconds"
 # the allocator's oldest-generation collections (prometheus_client's default GC collector): a
 # full collection at 10,000 intents is a long pause, which a tick's tail can hold
 _FULL_GC = 'python_gc_collections_total{generation="2"}'
@@ -646,6 +649,8 @@ def measure(stack: Any, home: Path, intents: list[Any], args: argparse.Namespace
         },
         # how late each service's event loop ran what was due: a call waits that long to start
         "loop_lag_ms": loop_lag_ms(before, after),
+        # the store's group commits, which the allocator's event loop runs for its callers
+        "commit_ms": quantiles_ms(before, after, COMMIT_HISTOGRAM),
         "agent_loop_lag_ms": loop_lag_ms(window.agent_before, window.agent_after),
         "get_plan_mode": args.get_plan,
         "watch_mode": args.watch,

@@ -143,7 +143,7 @@ def test_bench_system_drives_the_real_stack_and_reports_every_column(
         assert row[call]["ok"] == 80 and row[call]["failed"] == 0
         server = row["server_ms"][call]
         assert 0 < server["p50_ms"] <= server["p99_ms"] < 1e3
-    for lag in (row["loop_lag_ms"], row["agent_loop_lag_ms"]):
+    for lag in (row["loop_lag_ms"], row["agent_loop_lag_ms"], row["commit_ms"]):
         assert 0 <= lag["p50_ms"] <= lag["p99_ms"] < 1e3
     assert re.search(
         r"^\| 20 \| .*\(\d+\.\d\) \| .*\(\d+\.\d\) \| [\d.]+ / [\d.]+ \|", out, re.M
