@@ -44,6 +44,11 @@ STORE_COMMIT_SECONDS = Histogram(
     "Wall time of one group commit of intent changes: its SQLite statements and the mirror",
     buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0),
 )
+STORE_CHECKPOINT_SECONDS = Histogram(
+    "parfusion_store_checkpoint_duration_seconds",
+    "Wall time of one WAL checkpoint of the intent store, run beside the commits",
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 5.0),
+)
 STORE_GROUP_CHANGES = Histogram(
     "parfusion_store_commit_group_changes",
     "Changes (submits, deletes) committed together in one group",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import ctypes.util
+import shutil
 import sqlite3
 import threading
 import time
@@ -383,6 +384,30 @@ def test_the_journal_names_no_more_ids_than_the_store_holds_or_its_floor(
     assert set(changed.values()) == {None}  # the last deletes, the ids of the earlier ones gone
     store.delete("web-599")
     assert store.changes_since(now) == (now + 1, {"web-599": None})
+
+
+def test_commits_leave_the_checkpoints_to_the_checkpointer(
+    store: IntentStore, tmp_path: Path
+) -> None:
+    """The serving connection never checkpoints (a checkpoint held its commit 5-24 ms, on
+    the server's event loop); the checkpointer's own connection copies the committed WAL
+    frames into the database file: the file alone, without its WAL, holds the intents."""
+    assert store._db.execute("PRAGMA wal_autocheckpoint").fetchone() == (0,)
+    for k in range(50):
+        store.submit(intent(f"web-{k}", f"web-{k}"))
+    done = store.checkpoints
+    deadline = time.monotonic() + 10
+    while store.checkpoints < done + 2:  # one whole checkpoint after the last commit
+        assert time.monotonic() < deadline, "no checkpoint ran"
+        time.sleep(0.05)
+    alone = tmp_path / "copy" / "allocator.db"
+    alone.parent.mkdir()
+    shutil.copyfile(store.path, alone)  # the main file only: what the checkpoints wrote
+    copy = sqlite3.connect(alone)
+    try:
+        assert copy.execute("SELECT COUNT(*) FROM intents").fetchone() == (50,)
+    finally:
+        copy.close()
 
 
 @pytest.fixture
