@@ -97,7 +97,8 @@ class AllocatorServicer(allocator_pb2_grpc.AllocatorServiceServicer):
         self.known_lanes = known_lanes
         self.node_name = node_name
         self._plan_replies = ReplyCache()  # GetPlan replies, shared within a tick
-        # GetPlan deltas against the tick before (a tick without changes: the whole plan)
+        # GetPlan deltas against the tick before; GetPlan asks only of a snapshot with changes,
+        # so the whole plan stands in for a delta that is never missing
         self._delta_replies = ReplyCache(lambda s: s.get_plan_delta_wire or s.wire)
         self._lists: dict[int, tuple[int, bytes]] = {}  # ListIntents: class -> version, reply
         self._lists_lock = threading.Lock()

@@ -1,8 +1,9 @@
 """The durable intent store: SQLite in WAL mode under run/, group-committed, mirrored in memory.
 
-Changes (submit, delete) are committed in groups: all the changes queued so far together, as one
-SQL statement where it can (consecutive submits are one multi-row INSERT, committed on its own)
-and as one transaction otherwise, one group at a time. Blocking callers (``submit``, ``delete``)
+Changes (submit, delete) are committed in groups: all the changes queued so far together, each
+run of one kind as one statement over its rows (executemany: three statement texts in all, so
+SQLite's cache of prepared statements stays small), a lone change on its own and more in one
+transaction, one group at a time. Blocking callers (``submit``, ``delete``)
 queue for a writer thread; asyncio callers (``submit_async``, ``delete_async``, which the gRPC
 servicer awaits) are committed on their own event loop, every change queued during one pass of
 the loop in one group, with no hand-over to another thread and back (each such hand-over waits
@@ -12,7 +13,10 @@ SubmitIntent is in the database. With ``journal_mode=WAL`` and
 ``synchronous=NORMAL`` (the default here) the committed frames are written to the WAL file with
 write(2) before the commit returns: a process crash (``kill -9``) cannot lose them; only an OS
 crash or power cut can lose the last transactions. ``synchronous=FULL`` (config
-``db_synchronous: full``) adds an fsync per commit for power-loss durability.
+``db_synchronous: full``) adds an fsync per commit for power-loss durability. The commits only
+append to the WAL: a thread of the store's own, on a connection of its own, checkpoints it into
+the database file every second, so no commit (most run on the server's event loop) copies and
+syncs the WAL as SQLite's automatic checkpoint made one commit in 1,000 pages do.
 
 The store never lies about itself: a file that exists but is not an intent store (0 bytes, not
 SQLite, another program's tables, corrupt pages) or that this process cannot write makes
@@ -72,7 +76,7 @@ WRITER_CHECK_S = 1.0  # a blocked caller checks this often that the writer threa
 DEFAULT_MAX_INTENTS = 10_000  # allocator setting max_intents
 CHECKPOINT_S = 1.0  # between the checkpointer's WAL checkpoints
 WAL_RESTART_FRAMES = 4096  # 16 MB of WAL (4 KiB pages): the checkpoint waits for the commits
-WAL_KEPT_BYTES = 16 * 2**20
+WAL_KEPT_BYTES = 16 * 2**20  # journal_size_limit: what a WAL file grown in a burst is cut to
 JOURNAL_VERSIONS = 1024  # versions whose changed ids changes_since can name
 # ...naming at most as many ids as the store holds, or this many: a reader further behind takes
 # a snapshot, which costs no more than those changes, and the ids of intents long deleted go

@@ -2,7 +2,7 @@
 
 Each change is decided in order against the mirror and the batch's own earlier changes (the
 caller's outcome, the mirror update), then consecutive changes of one kind become one SQL
-statement (a multi-row INSERT, a DELETE ... IN). After the commit each caller is woken: blocked
+statement run over their rows (executemany). After the commit each caller is woken: blocked
 ones by their lock, asyncio ones by one callback per loop.
 """
 
@@ -91,7 +91,7 @@ class Op:
 class Changes:
     """What one batch does, decided in order against the mirror and the batch's own earlier
     changes: each caller's outcome, the mirror updates, and the SQL, consecutive changes of one
-    kind merged into one statement (a multi-row INSERT, a DELETE ... IN)."""
+    kind one statement over their rows."""
 
     def __init__(
         self,

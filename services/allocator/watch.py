@@ -98,11 +98,18 @@ class PlanSnapshot:
         c = self.changes
         if c is None:
             return None
-        node = length_delimited(1, c.header_wire + b"".join(c.entries))
         removed = b"".join(
             length_delimited(removed_field, intent_id.encode()) for intent_id in c.removed
         )
-        return node + self._gpu_wire + wire_key(base_field, 0) + varint(c.base) + removed
+        return self._delta_plans + wire_key(base_field, 0) + varint(c.base) + removed
+
+    @functools.cached_property
+    def _delta_plans(self) -> bytes:
+        """Fields 1 and 2 of either delta: the NodePlan's own fields and the changed entries,
+        the GPU plan; joined once for both (``changes`` is set)."""
+        c = self.changes
+        assert c is not None
+        return length_delimited(1, c.header_wire + b"".join(c.entries)) + self._gpu_wire
 
     @functools.cached_property
     def _gpu_wire(self) -> bytes:
